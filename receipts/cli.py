@@ -1,0 +1,60 @@
+"""The ``receipts`` command line: one subcommand per operator task.
+
+Each subcommand lives in its own module, which provides ``configure(parser)``
+and ``run(args, environ) -> int``. A ConfigError or DatabaseUnavailable ends
+the command with one line on stderr and a non-zero exit code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Protocol, cast
+
+from receipts.config import ConfigError
+from receipts.db import DatabaseUnavailable
+
+# subcommand name -> (module, one-line help)
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "migrate": ("receipts.commands.migrate", "apply the sql/ migrations (idempotent)"),
+}
+
+
+class Subcommand(Protocol):
+    def configure(self, parser: argparse.ArgumentParser) -> None: ...
+
+    def run(self, args: argparse.Namespace, environ: Mapping[str, str]) -> int: ...
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="receipts",
+        description="Exactly one 'your invoice is paid' email per paid Stripe invoice.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, (module_name, help_text) in SUBCOMMANDS.items():
+        module = cast(Subcommand, importlib.import_module(module_name))
+        sub = commands.add_parser(name, help=help_text, description=help_text)
+        module.configure(sub)
+        sub.set_defaults(handler=module.run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        code: int = args.handler(args, os.environ if environ is None else environ)
+    except ConfigError as error:
+        print(f"receipts: configuration error: {error}", file=sys.stderr)
+        return 2
+    except DatabaseUnavailable as error:
+        print(f"receipts: database unavailable: {error}", file=sys.stderr)
+        return 3
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Subcommands of the ``receipts`` CLI, one module each."""

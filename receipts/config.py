@@ -1,0 +1,227 @@
+"""Settings, read once from the environment into one frozen object.
+
+Every process calls :func:`load_settings` at start-up with the names it cannot
+run without. A missing or malformed value raises :class:`ConfigError`, whose
+message is one line naming the variable; the entry points print it and exit.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+# Resend remembers an idempotency key for 24 hours; a cutoff at or past that
+# could retry a send the provider has forgotten, which is the one duplicate
+# the product promises never to create on its own.
+PROVIDER_KEY_RETENTION_HOURS = 24.0
+
+_EMAIL_ADDRESS = re.compile(r"^[^@\s<>]+@[^@\s<>]+\.[^@\s<>]+$")
+_NAMED_ADDRESS = re.compile(r"^[^<>]*<([^<>]+)>$")
+
+
+class ConfigError(Exception):
+    """A setting is missing or malformed; the message names the variable."""
+
+    def __init__(self, variable: str, problem: str) -> None:
+        super().__init__(f"{variable}: {problem}")
+        self.variable = variable
+
+
+@dataclass(frozen=True, kw_only=True)
+class Settings:
+    """Everything the service reads from its environment."""
+
+    database_url: str | None = None
+    stripe_webhook_secrets: tuple[str, ...] = ()
+    email_from: str | None = None
+    reply_to: str | None = None
+    resend_api_key: str | None = None
+    resend_api_url: str = "https://api.resend.com"
+    resend_webhook_secret: str | None = None
+    send_rate: float = 0.0
+    provider_timeout: float = 10.0
+    provider_connect_timeout: float = 5.0
+    send_zero_value: bool = False
+    template_dir: Path | None = None
+    locale: str = "en_US"
+    max_body_bytes: int = 1024 * 1024
+    retry_cutoff_hours: float = 23.0
+    max_attempts: int = 10
+    lease_seconds: int = 120
+    mail_dir: Path | None = None
+    metrics_enabled: bool = True
+    metrics_token: str | None = None
+    log_format: str = "text"
+    pool_max_size: int = 8
+    database_timeout: float = 5.0
+
+
+# (environment variable, Settings field) for every value that may be required.
+REQUIRABLE = {
+    "DATABASE_URL": "database_url",
+    "STRIPE_WEBHOOK_SECRET": "stripe_webhook_secrets",
+    "EMAIL_FROM": "email_from",
+    "RESEND_API_KEY": "resend_api_key",
+    "RESEND_WEBHOOK_SECRET": "resend_webhook_secret",
+}
+
+WEB_REQUIRES = ("DATABASE_URL", "STRIPE_WEBHOOK_SECRET", "EMAIL_FROM")
+WORKER_REQUIRES = ("DATABASE_URL", "RESEND_API_KEY")
+
+
+def load_settings(environ: Mapping[str, str], *, required: Iterable[str] = ()) -> Settings:
+    """Parse every known variable; raise ConfigError for a bad or missing one."""
+    reader = _Reader(environ)
+    settings = Settings(
+        database_url=reader.database_url("DATABASE_URL"),
+        stripe_webhook_secrets=reader.secrets("STRIPE_WEBHOOK_SECRET", prefix="whsec_"),
+        email_from=reader.address("EMAIL_FROM"),
+        reply_to=reader.address("RECEIPTS_REPLY_TO"),
+        resend_api_key=reader.text("RESEND_API_KEY"),
+        resend_api_url=reader.http_url("RESEND_API_URL", "https://api.resend.com"),
+        resend_webhook_secret=reader.text("RESEND_WEBHOOK_SECRET"),
+        send_rate=reader.number("RECEIPTS_SEND_RATE", 0.0, minimum=0.0),
+        provider_timeout=reader.number(
+            "RECEIPTS_PROVIDER_TIMEOUT", 10.0, minimum=0.1, maximum=10.0
+        ),
+        provider_connect_timeout=reader.number(
+            "RECEIPTS_PROVIDER_CONNECT_TIMEOUT", 5.0, minimum=0.1, maximum=30.0
+        ),
+        send_zero_value=reader.flag("RECEIPTS_SEND_ZERO_VALUE", False),
+        template_dir=reader.directory("RECEIPTS_TEMPLATE_DIR"),
+        locale=reader.locale("RECEIPTS_LOCALE", "en_US"),
+        max_body_bytes=int(reader.number("RECEIPTS_MAX_BODY_BYTES", 1024 * 1024, minimum=1024)),
+        retry_cutoff_hours=reader.retry_cutoff("RECEIPTS_RETRY_CUTOFF_HOURS", 23.0),
+        max_attempts=int(reader.number("RECEIPTS_MAX_ATTEMPTS", 10, minimum=1, maximum=1000)),
+        lease_seconds=int(reader.number("RECEIPTS_LEASE_SECONDS", 120, minimum=15)),
+        mail_dir=reader.path("RECEIPTS_MAIL_DIR"),
+        metrics_enabled=reader.flag("RECEIPTS_METRICS_ENABLED", True),
+        metrics_token=reader.text("RECEIPTS_METRICS_TOKEN"),
+        log_format=reader.choice("LOG_FORMAT", ("text", "json"), "text"),
+        pool_max_size=int(reader.number("RECEIPTS_POOL_MAX_SIZE", 8, minimum=1, maximum=100)),
+        database_timeout=reader.number("RECEIPTS_DATABASE_TIMEOUT", 5.0, minimum=0.1),
+    )
+    for variable in required:
+        if not getattr(settings, REQUIRABLE[variable]):
+            raise ConfigError(variable, "is required but not set")
+    return settings
+
+
+class _Reader:
+    """Reads and validates single variables; every error names its variable."""
+
+    def __init__(self, environ: Mapping[str, str]) -> None:
+        self._environ = environ
+
+    def text(self, name: str) -> str | None:
+        value = self._environ.get(name, "").strip()
+        return value or None
+
+    def database_url(self, name: str) -> str | None:
+        value = self.text(name)
+        if value is None:
+            return None
+        scheme = urlsplit(value).scheme
+        if scheme not in ("postgres", "postgresql"):
+            raise ConfigError(name, "must be a postgresql:// URL")
+        return value
+
+    def secrets(self, name: str, *, prefix: str) -> tuple[str, ...]:
+        value = self.text(name)
+        if value is None:
+            return ()
+        secrets = tuple(part.strip() for part in value.split(",") if part.strip())
+        for position, secret in enumerate(secrets, start=1):
+            if not secret.startswith(prefix):
+                raise ConfigError(name, f"secret #{position} does not start with {prefix!r}")
+        return secrets
+
+    def address(self, name: str) -> str | None:
+        value = self.text(name)
+        if value is None:
+            return None
+        named = _NAMED_ADDRESS.match(value)
+        bare = named.group(1).strip() if named else value
+        if not _EMAIL_ADDRESS.match(bare):
+            raise ConfigError(name, "must be an email address, optionally 'Name <a@b.example>'")
+        return value
+
+    def http_url(self, name: str, default: str) -> str:
+        value = self.text(name) or default
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ConfigError(name, "must be an http(s) URL")
+        return value.rstrip("/")
+
+    def number(
+        self,
+        name: str,
+        default: float,
+        *,
+        minimum: float | None = None,
+        maximum: float | None = None,
+    ) -> float:
+        raw = self.text(name)
+        if raw is None:
+            return float(default)
+        try:
+            value = float(raw)
+        except ValueError:
+            raise ConfigError(name, f"must be a number, got {raw!r}") from None
+        if minimum is not None and value < minimum:
+            raise ConfigError(name, f"must be at least {minimum:g}, got {raw}")
+        if maximum is not None and value > maximum:
+            raise ConfigError(name, f"must be at most {maximum:g}, got {raw}")
+        return value
+
+    def retry_cutoff(self, name: str, default: float) -> float:
+        hours = self.number(name, default, minimum=0.01)
+        if hours >= PROVIDER_KEY_RETENTION_HOURS:
+            raise ConfigError(
+                name,
+                f"must stay below the provider's {PROVIDER_KEY_RETENTION_HOURS:g} h "
+                f"idempotency window, got {hours:g}",
+            )
+        return hours
+
+    def flag(self, name: str, default: bool) -> bool:
+        raw = self.text(name)
+        if raw is None:
+            return default
+        lowered = raw.lower()
+        if lowered in ("1", "true", "yes", "on"):
+            return True
+        if lowered in ("0", "false", "no", "off"):
+            return False
+        raise ConfigError(name, f"must be true or false, got {raw!r}")
+
+    def choice(self, name: str, choices: tuple[str, ...], default: str) -> str:
+        raw = self.text(name)
+        if raw is None:
+            return default
+        if raw not in choices:
+            raise ConfigError(name, f"must be one of {', '.join(choices)}, got {raw!r}")
+        return raw
+
+    def path(self, name: str) -> Path | None:
+        raw = self.text(name)
+        return Path(raw) if raw else None
+
+    def directory(self, name: str) -> Path | None:
+        path = self.path(name)
+        if path is not None and not path.is_dir():
+            raise ConfigError(name, f"{path} is not a directory")
+        return path
+
+    def locale(self, name: str, default: str) -> str:
+        from babel import Locale, UnknownLocaleError
+
+        raw = self.text(name) or default
+        try:
+            Locale.parse(raw)
+        except (ValueError, UnknownLocaleError):
+            raise ConfigError(name, f"unknown locale {raw!r}") from None
+        return raw

@@ -1,0 +1,83 @@
+"""Connections to PostgreSQL: a lazily opened pool for long-running processes.
+
+Nothing connects at import time or when the pool object is made. The web
+process must start while the database is down and answer 5xx until it is back,
+so the pool opens without waiting and every borrow has a short timeout.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+
+class DatabaseUnavailable(Exception):
+    """No connection could be had, or the one we had broke mid-transaction."""
+
+
+Connection = psycopg.Connection[dict[str, Any]]
+
+
+class Database:
+    """A connection pool opened on first use, safe to create before forking."""
+
+    def __init__(self, url: str, *, max_size: int = 8, timeout: float = 5.0) -> None:
+        self.url = url
+        self._max_size = max_size
+        self._timeout = timeout
+        self._pool: ConnectionPool[Connection] | None = None
+        self._lock = threading.Lock()
+
+    def _open_pool(self) -> ConnectionPool[Connection]:
+        with self._lock:
+            if self._pool is None:
+                pool: ConnectionPool[Connection] = ConnectionPool(
+                    self.url,
+                    min_size=1,
+                    max_size=self._max_size,
+                    timeout=self._timeout,
+                    kwargs={"row_factory": dict_row, "connect_timeout": max(1, int(self._timeout))},
+                    reconnect_timeout=0,
+                    open=False,
+                    name="receipts",
+                )
+                pool.open(wait=False)
+                self._pool = pool
+            return self._pool
+
+    @contextmanager
+    def transaction(self) -> Iterator[Connection]:
+        """Borrow a connection and run one transaction on it (commit on success)."""
+        pool = self._open_pool()
+        try:
+            with pool.connection() as conn, conn.transaction():
+                yield conn
+        except PoolTimeout as exc:
+            raise DatabaseUnavailable(f"no database connection within {self._timeout:g} s") from exc
+        except psycopg.OperationalError as exc:
+            raise DatabaseUnavailable(str(exc).strip().splitlines()[0]) from exc
+
+    def ping(self) -> None:
+        """Raise DatabaseUnavailable unless a trivial query succeeds."""
+        with self.transaction() as conn:
+            conn.execute("SELECT 1")
+
+    def close(self) -> None:
+        with self._lock:
+            if self._pool is not None:
+                self._pool.close()
+                self._pool = None
+
+
+def connect(url: str, *, autocommit: bool = False) -> Connection:
+    """One plain connection, for short-lived commands and LISTEN."""
+    try:
+        return psycopg.connect(url, row_factory=dict_row, autocommit=autocommit, connect_timeout=10)
+    except psycopg.OperationalError as exc:
+        raise DatabaseUnavailable(str(exc).strip().splitlines()[0]) from exc

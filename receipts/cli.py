@@ -20,6 +20,23 @@ from receipts.db import DatabaseUnavailable
 # subcommand name -> (module, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "migrate": ("receipts.commands.migrate", "apply the sql/ migrations (idempotent)"),
+    "worker": (
+        "receipts.commands.worker",
+        "send ready receipts, then exit (or --loop until SIGTERM)",
+    ),
+    "dev": (
+        "receipts.commands.dev",
+        "run everything locally: embedded database, web, worker, mail sink",
+    ),
+    "replay": (
+        "receipts.commands.replay",
+        "sign a saved Stripe event and POST it, like Stripe would",
+    ),
+    "status": ("receipts.commands.status", "counts, ages and anything that needs a person"),
+    "show": ("receipts.commands.show", "the incident timeline of one receipt"),
+    "review": ("receipts.commands.review", "list and decide receipts that need a person"),
+    "import": ("receipts.commands.import_sent", "record receipts an earlier system already sent"),
+    "prune": ("receipts.commands.prune", "drop old events, attempts and payloads; keep keys"),
 }
 
 

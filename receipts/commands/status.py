@@ -1,0 +1,16 @@
+"""``receipts status``: not built yet."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Mapping
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    pass
+
+
+def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
+    print("receipts status: not available in this version", file=sys.stderr)
+    return 1

@@ -1,0 +1,217 @@
+"""``receipts prune`` against a real database: details go, keys stay long enough."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import psycopg
+import pytest
+from flask.testing import FlaskClient
+
+from receipts.cli import main
+from tests import stripe_events
+from tests.stripe_events import TEST_SECRET, encode, sign
+
+Row = dict[str, Any]
+Db = psycopg.Connection[Row]
+
+
+def add_receipt(db: Db, key: str, status: str, days_ago: float, *, attempts: int = 1) -> None:
+    """An outbox row settled ``days_ago`` days ago, with ``attempts`` logged attempts."""
+    lease = uuid.uuid4() if status == "processing" else None
+    db.execute(
+        """INSERT INTO email_outbox
+               (message_key, purpose, account, livemode, invoice_id, source_event_id,
+                fingerprint, payload, status, review_reason, attempts, created_at,
+                sent_at, lease_token, locked_until, provider_id)
+           VALUES (%(key)s, 'invoice-paid', 'platform', false, %(invoice)s, 'evt_x', 'sha256:x',
+                   '{"to": ["a@example.com"]}', %(status)s, %(reason)s, %(attempts)s,
+                   now() - make_interval(days => %(days)s::int) - interval '1 hour',
+                   CASE WHEN %(status)s = 'sent'
+                        THEN now() - make_interval(days => %(days)s::int) END,
+                   %(lease)s, CASE WHEN %(lease)s::uuid IS NOT NULL THEN now() END,
+                   CASE WHEN %(status)s = 'sent' THEN 're_' || %(invoice)s END)""",
+        {
+            "key": key,
+            "invoice": key.split("/")[2],
+            "status": status,
+            "reason": "invalid_customer_email" if status == "review" else None,
+            "attempts": attempts,
+            "days": days_ago,
+            "lease": lease,
+        },
+    )
+    for number in range(1, attempts + 1):
+        db.execute(
+            """INSERT INTO email_attempts
+                   (message_key, attempt, worker_id, lease_token, started_at, outcome)
+               VALUES (%s, %s, 'w1', %s, now() - make_interval(days => %s::int), 'sent')""",
+            (key, number, uuid.uuid4(), days_ago),
+        )
+
+
+def add_event(db: Db, event_id: str, days_ago: float) -> None:
+    db.execute(
+        """INSERT INTO stripe_events (event_id, event_type, account, livemode, outcome,
+                                      first_received_at, last_received_at)
+           VALUES (%s, 'invoice.paid', 'platform', false, 'queued',
+                   now() - make_interval(days => %s::int), now())""",
+        (event_id, days_ago),
+    )
+
+
+def key(invoice: str) -> str:
+    return f"platform/test/{invoice}/invoice-paid"
+
+
+def snapshot(db: Db) -> dict[str, list[Row]]:
+    return {
+        "outbox": db.execute(
+            "SELECT message_key, status, payload IS NULL AS cleared FROM email_outbox"
+            " ORDER BY message_key"
+        ).fetchall(),
+        "attempts": db.execute(
+            "SELECT message_key, attempt FROM email_attempts ORDER BY 1, 2"
+        ).fetchall(),
+        "events": db.execute("SELECT event_id FROM stripe_events ORDER BY 1").fetchall(),
+    }
+
+
+def prune(database_url: str, *args: str) -> int:
+    return main(["prune", *args], {"DATABASE_URL": database_url})
+
+
+@pytest.fixture
+def aged(db: Db) -> Db:
+    """Receipts and events of every age and status."""
+    add_receipt(db, key("in_Ancient"), "sent", 500)
+    add_receipt(db, key("in_Old"), "sent", 40, attempts=2)
+    add_receipt(db, key("in_Recent"), "sent", 3)
+    add_receipt(db, key("in_OldReview"), "review", 500)
+    add_receipt(db, key("in_OldPending"), "pending", 500)
+    add_receipt(db, key("in_OldProcessing"), "processing", 500)
+    add_event(db, "evt_Old", 45)
+    add_event(db, "evt_Recent", 2)
+    return db
+
+
+def test_prune_drops_details_and_old_keys_and_nothing_unfinished(
+    aged: Db, database_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Defaults (keys 400 d, details 30 d): a 500-day-old sent row goes whole; a
+    40-day-old one loses its attempts and frozen email but keeps its key; recent
+    rows and every pending, processing or review row keep everything."""
+    assert prune(database_url) == 0
+    assert "1 event(s), 3 attempt(s), 1 frozen email(s), 1 sent receipt(s)" in (
+        capsys.readouterr().out
+    )
+    after = snapshot(aged)
+    assert after["outbox"] == [
+        {"message_key": key("in_Old"), "status": "sent", "cleared": True},
+        {"message_key": key("in_OldPending"), "status": "pending", "cleared": False},
+        {"message_key": key("in_OldProcessing"), "status": "processing", "cleared": False},
+        {"message_key": key("in_OldReview"), "status": "review", "cleared": False},
+        {"message_key": key("in_Recent"), "status": "sent", "cleared": False},
+    ]
+    assert [row["message_key"] for row in after["attempts"]] == [
+        key("in_OldPending"),
+        key("in_OldProcessing"),
+        key("in_OldReview"),
+        key("in_Recent"),
+    ]
+    assert after["events"] == [{"event_id": "evt_Recent"}]
+
+
+def test_second_prune_finds_nothing_left(aged: Db, database_url: str) -> None:
+    """Prune is idempotent: a second run drops nothing and changes nothing."""
+    assert prune(database_url) == 0
+    before = snapshot(aged)
+    assert prune(database_url) == 0
+    assert snapshot(aged) == before
+
+
+def test_dry_run_counts_and_changes_nothing(
+    aged: Db, database_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--dry-run reports exactly what a real run then drops, and changes nothing."""
+    before = snapshot(aged)
+    assert prune(database_url, "--dry-run") == 0
+    dry = capsys.readouterr().out
+    assert snapshot(aged) == before
+    assert prune(database_url) == 0
+    real = capsys.readouterr().out
+    assert dry.split("would drop: ")[1] == real.split("dropped: ")[1]
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["--keep-keys-days", "30"], "--keep-keys-days must be at least 35"),
+        (["--keep-keys-days", "0"], "--keep-keys-days must be at least 35"),
+        (["--keep-details-days", "0"], "--keep-details-days must be at least 1"),
+        (["--keep-keys-days", "40", "--keep-details-days", "60"], "cannot exceed"),
+        (["--batch-size", "0"], "--batch-size must be at least 1"),
+    ],
+)
+def test_unsafe_settings_are_refused_and_change_nothing(
+    aged: Db,
+    database_url: str,
+    capsys: pytest.CaptureFixture[str],
+    args: list[str],
+    named: str,
+) -> None:
+    """A retention that could let a redelivery send twice is refused by name."""
+    before = snapshot(aged)
+    assert prune(database_url, *args) == 2
+    assert named in capsys.readouterr().err
+    assert snapshot(aged) == before
+
+
+def test_shortest_allowed_key_retention_keeps_keys_inside_it(aged: Db, database_url: str) -> None:
+    """--keep-keys-days 35 drops the 40-day-old receipt, not the 3-day-old one."""
+    assert prune(database_url, "--keep-keys-days", "35") == 0
+    keys = [row["message_key"] for row in snapshot(aged)["outbox"] if row["status"] == "sent"]
+    assert keys == [key("in_Recent")]
+
+
+def test_small_batches_prune_everything(db: Db, database_url: str) -> None:
+    """Batches smaller than the work loop until done (keyset walk, repeated deletes)."""
+    for n in range(7):
+        add_receipt(db, key(f"in_Old{n}"), "sent", 40 + n)
+        add_receipt(db, key(f"in_Ancient{n}"), "sent", 450 + n)
+        add_event(db, f"evt_Old{n}", 50)
+    assert prune(database_url, "--batch-size", "2") == 0
+    after = snapshot(db)
+    assert len(after["outbox"]) == 7 and all(row["cleared"] for row in after["outbox"])
+    assert after["attempts"] == [] and after["events"] == []
+
+
+def test_redelivery_after_details_pruned_is_still_a_duplicate(
+    client: FlaskClient, db: Db, database_url: str
+) -> None:
+    """The point of keeping keys: Stripe resends a 40-day-old event after its
+    event row, attempts and email were pruned; no second receipt is queued."""
+    event = stripe_events.event(stripe_events.invoice(id="in_1Resent"))
+    body = encode(event)
+    headers = {"Stripe-Signature": sign(body, TEST_SECRET)}
+    assert client.post("/webhooks/stripe", data=body, headers=headers).json["outcome"] == "queued"
+    db.execute(
+        """UPDATE email_outbox SET status = 'sent', sent_at = now() - interval '40 days',
+                                   provider_id = 're_1'"""
+    )
+    db.execute("UPDATE stripe_events SET first_received_at = now() - interval '40 days'")
+    assert prune(database_url) == 0
+    assert db.execute("SELECT count(*) AS n FROM stripe_events").fetchone() == {"n": 0}
+
+    headers = {"Stripe-Signature": sign(body, TEST_SECRET)}
+    response = client.post("/webhooks/stripe", data=body, headers=headers)
+    assert response.status_code == 200 and response.json["outcome"] == "duplicate"
+    [row] = db.execute("SELECT status, payload FROM email_outbox").fetchall()
+    assert row == {"status": "sent", "payload": None}
+
+
+def test_prune_without_database_url_names_it(capsys: pytest.CaptureFixture[str]) -> None:
+    """No DATABASE_URL: a configuration error naming the variable, exit 2."""
+    assert main(["prune"], {}) == 2
+    assert "DATABASE_URL" in capsys.readouterr().err

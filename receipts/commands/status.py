@@ -1,16 +1,112 @@
-"""``receipts status``: not built yet."""
+"""``receipts status [--json]``: counts, ages, and whether a person is needed.
+
+Exit codes, so the command can run as a platform health check:
+
+* 0: nothing needs a person;
+* 1: a receipt is in ``review`` (dismissed ones excepted), or the oldest ready
+  ``pending`` row has waited longer than ``--max-pending-age``;
+* 2: configuration error; 3: database unavailable.
+"""
 
 from __future__ import annotations
 
 import argparse
-import sys
+import json
+import re
 from collections.abc import Mapping
+
+from receipts.config import load_settings
+from receipts.db import connect
+from receipts.logs import configure_logging
+from receipts.operator import Status, duration, read_status
+
+DEFAULT_MAX_PENDING_AGE = 15 * 60
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smh]?)$")
+_UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600}
+
+
+def parse_duration(text: str) -> float:
+    """``90``, ``90s``, ``15m`` or ``2h`` as seconds."""
+    match = _DURATION.match(text.strip())
+    if match is None:
+        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (use e.g. 900, 15m or 1h)")
+    return float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    pass
+    parser.add_argument("--json", action="store_true", help="print one JSON document")
+    parser.add_argument(
+        "--max-pending-age",
+        type=parse_duration,
+        default=DEFAULT_MAX_PENDING_AGE,
+        metavar="DURATION",
+        help="a ready pending row older than this needs a person (default 15m)",
+    )
 
 
 def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
-    print("receipts status: not available in this version", file=sys.stderr)
-    return 1
+    settings = load_settings(environ, required=("DATABASE_URL",))
+    configure_logging(settings.log_format)
+    assert settings.database_url is not None
+    with connect(settings.database_url) as conn, conn.transaction():
+        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        status = read_status(conn, retry_cutoff_hours=settings.retry_cutoff_hours)
+    problems = needs_person(status, args.max_pending_age)
+    if args.json:
+        document = status.as_dict()
+        document["max_pending_age_seconds"] = args.max_pending_age
+        document["retry_cutoff_hours"] = settings.retry_cutoff_hours
+        document["needs_person"] = problems
+        print(json.dumps(document, indent=2, sort_keys=True))
+    else:
+        print(render(status, args.max_pending_age, settings.retry_cutoff_hours, problems))
+    return 1 if problems else 0
+
+
+def needs_person(status: Status, max_pending_age: float) -> list[str]:
+    problems = []
+    if status.open_review:
+        problems.append(f"{status.open_review} receipt(s) in review: see `receipts review list`")
+    oldest = status.oldest_pending_age_seconds
+    if oldest is not None and oldest > max_pending_age:
+        problems.append(
+            f"the oldest ready pending receipt has waited {duration(oldest)} "
+            f"(limit {duration(max_pending_age)}): is a worker running?"
+        )
+    return problems
+
+
+def render(status: Status, max_pending_age: float, cutoff_hours: float, problems: list[str]) -> str:
+    counts = "  ".join(f"{name} {count}" for name, count in status.counts.items())
+    lines = [f"outbox          {counts}"]
+    lines.append(
+        f"oldest pending  {duration(status.oldest_pending_age_seconds)} "
+        f"(limit {duration(max_pending_age)})"
+    )
+    if status.closest_to_cutoff_key is not None:
+        lines.append(
+            f"retry cutoff    {duration(status.retry_cutoff_remaining_seconds)} left "
+            f"({cutoff_hours:g} h after first attempt) for {status.closest_to_cutoff_key}"
+        )
+    else:
+        lines.append("retry cutoff    no receipt is being retried")
+    reasons = ", ".join(f"{reason} {n}" for reason, n in status.review_by_reason.items())
+    lines.append(
+        f"review          {status.open_review} open{': ' + reasons if reasons else ''}"
+        f" ({status.dismissed} dismissed)"
+    )
+    lines.append(
+        f"last 24 h       lease recoveries {status.lease_recoveries_24h}, "
+        f"conflicts {status.conflicts_24h}, "
+        f"delivery events for unknown emails {status.unknown_delivery_events_24h}"
+    )
+    lines.append(f"abandoned       {status.abandoned_attempts} attempt(s) not yet recovered")
+    lines.append(
+        f"sent            last hour {status.sent_last_hour}, last day {status.sent_last_day}"
+    )
+    lines.append("")
+    if problems:
+        lines.extend(f"NEEDS A PERSON: {problem}" for problem in problems)
+    else:
+        lines.append("ok: nothing needs a person")
+    return "\n".join(lines)

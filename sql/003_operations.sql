@@ -1,0 +1,39 @@
+-- What operators and the provider's delivery webhooks leave behind.
+
+-- Every decision a person takes about a receipt (review resolve/retry/resend/
+-- dismiss, import): who, when, why. No foreign key: the trail must outlive
+-- the rows it talks about.
+CREATE TABLE operator_actions (
+    id            bigserial PRIMARY KEY,
+    message_key   text NOT NULL,
+    action        text NOT NULL,
+    performed_by  text NOT NULL,
+    reason        text NOT NULL,
+    performed_at  timestamptz NOT NULL DEFAULT now(),
+    details       jsonb NOT NULL DEFAULT '{}'::jsonb
+);
+
+CREATE INDEX operator_actions_message_key ON operator_actions (message_key, performed_at);
+
+-- Resend's delivery webhooks (signed with Svix), one row per svix-id so a
+-- redelivered event is recognised and changes nothing.
+CREATE TABLE resend_events (
+    svix_id       text PRIMARY KEY,
+    event_type    text NOT NULL,
+    email_id      text,                       -- Resend's id of the email (our provider_id)
+    message_key   text,                       -- the outbox row it matched, if any
+    outcome       text NOT NULL
+        CHECK (outcome IN ('applied', 'stale', 'unknown_email', 'ignored')),
+    occurred_at   timestamptz,                -- the event's own created_at
+    received_at   timestamptz NOT NULL DEFAULT now()
+);
+
+CREATE INDEX resend_events_message_key ON resend_events (message_key)
+    WHERE message_key IS NOT NULL;
+CREATE INDEX resend_events_unknown ON resend_events (received_at)
+    WHERE outcome = 'unknown_email';
+
+-- Recent attempts for status and metrics (latency, provider answers, leases
+-- recovered), and recently sent rows, without scanning whole tables.
+CREATE INDEX email_attempts_started_at ON email_attempts (started_at);
+CREATE INDEX email_outbox_sent_at ON email_outbox (sent_at) WHERE status = 'sent';

@@ -1,0 +1,178 @@
+"""``receipts status``: the summary an operator (or a health check) reads first."""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from receipts.cli import main
+from tests.outbox_states import (
+    Db,
+    insert_attempt,
+    insert_conflict_event,
+    insert_row,
+)
+
+
+@pytest.fixture(autouse=True)
+def _restore_logging() -> Iterator[None]:
+    """The commands configure the root logger; give it back as it was."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:], root.level = handlers, level
+
+
+def status_json(environ: dict[str, str], capsys: Any, *extra: str) -> tuple[int, dict[str, Any]]:
+    code = main(["status", "--json", *extra], environ)
+    return code, json.loads(capsys.readouterr().out)
+
+
+def test_empty_outbox_is_healthy(environ: dict[str, str], capsys: Any) -> None:
+    """No rows: exit 0, every status counted as zero, nothing needs a person."""
+    code, document = status_json(environ, capsys)
+    assert code == 0
+    assert document["counts"] == {"pending": 0, "processing": 0, "sent": 0, "review": 0}
+    assert document["needs_person"] == []
+    assert document["oldest_pending_age_seconds"] is None
+
+
+def test_counts_and_recent_sends(environ: dict[str, str], db: Db, capsys: Any) -> None:
+    """Rows are counted by status; sends are counted for the last hour and day."""
+    insert_row(db, "in_1P1")
+    insert_row(db, "in_1P2", status="processing", attempts=1, first_attempt_ago=timedelta(0))
+    insert_row(db, "in_1S1", status="sent", provider_id="re_1", sent_ago=timedelta(minutes=5))
+    insert_row(db, "in_1S2", status="sent", provider_id="re_2", sent_ago=timedelta(hours=5))
+    insert_row(db, "in_1S3", status="sent", provider_id="re_3", sent_ago=timedelta(days=3))
+    code, document = status_json(environ, capsys)
+    assert code == 0
+    assert document["counts"] == {"pending": 1, "processing": 1, "sent": 3, "review": 0}
+    assert (document["sent_last_hour"], document["sent_last_day"]) == (1, 2)
+
+
+def test_a_review_row_needs_a_person(environ: dict[str, str], db: Db, capsys: Any) -> None:
+    """Any open review row makes the health check fail (exit 1) and is listed by reason."""
+    insert_row(db, "in_1R1", status="review", review_reason="attempts_exhausted")
+    insert_row(db, "in_1R2", status="review", review_reason="attempts_exhausted")
+    insert_row(db, "in_1R3", status="review", review_reason="missing_customer_email")
+    code, document = status_json(environ, capsys)
+    assert code == 1
+    assert document["review_by_reason"] == {"attempts_exhausted": 2, "missing_customer_email": 1}
+    assert document["open_review"] == 3
+    assert "3 receipt(s) in review" in document["needs_person"][0]
+
+
+def test_dismissed_rows_do_not_need_a_person(environ: dict[str, str], db: Db, capsys: Any) -> None:
+    """A dismissed receipt was decided: counted apart, exit 0."""
+    insert_row(db, "in_1D1", status="review", review_reason="dismissed")
+    code, document = status_json(environ, capsys)
+    assert code == 0
+    assert document["dismissed"] == 1 and document["open_review"] == 0
+
+
+def test_old_ready_pending_row_fails_the_check(
+    environ: dict[str, str], db: Db, capsys: Any
+) -> None:
+    """A ready row waiting past --max-pending-age means no worker is draining: exit 1."""
+    insert_row(db, "in_1Old", available_ago=timedelta(minutes=20))
+    code, document = status_json(environ, capsys)
+    assert code == 1
+    assert 1199 < document["oldest_pending_age_seconds"] < 1300
+    assert "is a worker running?" in document["needs_person"][0]
+    code, _ = status_json(environ, capsys, "--max-pending-age", "30m")
+    assert code == 0
+
+
+def test_rows_waiting_for_a_later_retry_are_not_late(
+    environ: dict[str, str], db: Db, capsys: Any
+) -> None:
+    """A pending row scheduled in the future (backoff) does not count as waiting."""
+    insert_row(db, "in_1Later", available_ago=timedelta(minutes=-30))
+    code, document = status_json(environ, capsys)
+    assert code == 0 and document["oldest_pending_age_seconds"] is None
+
+
+def test_time_left_before_the_retry_cutoff(environ: dict[str, str], db: Db, capsys: Any) -> None:
+    """The row retried longest is named with its time left before the 23 h cutoff."""
+    insert_row(db, "in_1Young", attempts=2, first_attempt_ago=timedelta(hours=1))
+    key = insert_row(db, "in_1Aged", attempts=7, first_attempt_ago=timedelta(hours=20))
+    code, document = status_json(environ, capsys)
+    assert code == 0
+    assert document["closest_to_cutoff_key"] == key
+    assert 3 * 3600 - 60 < document["retry_cutoff_remaining_seconds"] <= 3 * 3600
+
+
+def test_lease_recoveries_conflicts_and_abandoned_attempts(
+    environ: dict[str, str], db: Db, capsys: Any
+) -> None:
+    """A died-mid-attempt followed by a new claim is one recovery; a dead attempt
+    nobody reclaimed yet is abandoned; conflicts of the last day are counted."""
+    recovered = insert_row(db, "in_1Rec", status="sent", provider_id="re_9", attempts=2)
+    insert_attempt(db, recovered, attempt=1, started_ago=timedelta(minutes=10), finished=False)
+    insert_attempt(db, recovered, attempt=2, started_ago=timedelta(minutes=7), provider_id="re_9")
+    lease = uuid.uuid4()
+    dead = insert_row(
+        db,
+        "in_1Dead",
+        status="processing",
+        attempts=1,
+        first_attempt_ago=timedelta(minutes=5),
+        lease_token=lease,
+        locked_for=timedelta(minutes=-1),
+    )
+    insert_attempt(
+        db, dead, attempt=1, started_ago=timedelta(minutes=5), finished=False, lease_token=lease
+    )
+    live_lease = uuid.uuid4()
+    flying = insert_row(
+        db,
+        "in_1Fly",
+        status="processing",
+        attempts=1,
+        first_attempt_ago=timedelta(0),
+        lease_token=live_lease,
+        locked_for=timedelta(minutes=2),
+    )
+    insert_attempt(
+        db, flying, started_ago=timedelta(seconds=1), finished=False, lease_token=live_lease
+    )
+    insert_conflict_event(db, recovered)
+    code, document = status_json(environ, capsys)
+    assert code == 0
+    assert document["lease_recoveries_24h"] == 1
+    assert document["abandoned_attempts"] == 1
+    assert document["conflicts_24h"] == 1
+
+
+def test_text_output_names_what_needs_a_person(
+    environ: dict[str, str], db: Db, capsys: Any
+) -> None:
+    """Without --json the same facts print as lines, ending with the verdict."""
+    insert_row(db, "in_1T", status="review", review_reason="validation_error")
+    assert main(["status"], environ) == 1
+    out = capsys.readouterr().out
+    assert "review          1 open: validation_error 1" in out
+    assert out.rstrip().endswith(
+        "NEEDS A PERSON: 1 receipt(s) in review: see `receipts review list`"
+    )
+
+
+def test_bad_duration_is_a_usage_error(environ: dict[str, str], capsys: Any) -> None:
+    """--max-pending-age must be a duration; argparse exits 2 naming it."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(["status", "--max-pending-age", "soon"], environ)
+    assert exit_info.value.code == 2
+    assert "not a duration" in capsys.readouterr().err
+
+
+def test_database_down_exits_3(capsys: Any) -> None:
+    """An unreachable database is its own exit code, with one line on stderr."""
+    environ = {"DATABASE_URL": "postgresql://postgres@127.0.0.1:1/none"}
+    assert main(["status"], environ) == 3
+    assert "database unavailable" in capsys.readouterr().err

@@ -1,16 +1,146 @@
-"""``receipts show``: not built yet."""
+"""``receipts show KEY|INVOICE_ID``: the incident timeline of a receipt.
+
+An invoice id may name several receipts (Connect account, live/test mode,
+deliberate resends): each is shown. The frozen email (body, invoice link) is
+printed only with ``--payload``. Exit 1 when nothing matches.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Mapping
+from typing import Any
+
+from receipts.config import load_settings
+from receipts.db import connect
+from receipts.logs import configure_logging
+from receipts.operator import Timeline, find_keys, iso, read_timeline
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    pass
+    parser.add_argument("target", metavar="KEY|INVOICE_ID", help="a message key or an in_… id")
+    parser.add_argument("--json", action="store_true", help="print one JSON document")
+    parser.add_argument(
+        "--payload",
+        action="store_true",
+        help="also print the frozen email (recipients, body, invoice link)",
+    )
 
 
 def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
-    print("receipts show: not available in this version", file=sys.stderr)
-    return 1
+    settings = load_settings(environ, required=("DATABASE_URL",))
+    configure_logging(settings.log_format)
+    assert settings.database_url is not None
+    with connect(settings.database_url) as conn, conn.transaction():
+        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        keys = find_keys(conn, args.target)
+        timelines = [read_timeline(conn, key, with_payload=args.payload) for key in keys]
+    if not timelines:
+        what = "message key" if "/" in args.target else "invoice id"
+        print(f"receipts show: no receipt found for {what} {args.target!r}", file=sys.stderr)
+        return 1
+    if args.json:
+        document = [_as_json(timeline, args.payload) for timeline in timelines]
+        print(json.dumps(document, indent=2, default=str))
+    else:
+        print("\n\n".join(render(timeline) for timeline in timelines))
+    return 0
+
+
+def _as_json(timeline: Timeline, with_payload: bool) -> dict[str, Any]:
+    row = dict(timeline.row)
+    row["lease_token"] = str(row["lease_token"]) if row["lease_token"] else None
+    document: dict[str, Any] = {
+        "message_key": timeline.message_key,
+        "row": row,
+        "stripe_events": timeline.events,
+        "attempts": timeline.attempts,
+        "operator_actions": timeline.actions,
+        "delivery_events": timeline.deliveries,
+    }
+    if with_payload:
+        document["payload"] = timeline.payload
+    return document
+
+
+def render(timeline: Timeline) -> str:
+    row = timeline.row
+    lines = [f"receipt {timeline.message_key}"]
+    state = row["status"] + (f" ({row['review_reason']})" if row["review_reason"] else "")
+    lines += [
+        f"  status        {state}",
+        f"  invoice       {row['invoice_id']}  account {row['account']}  "
+        f"{'live' if row['livemode'] else 'test'}",
+        f"  recipients    {', '.join(row['recipients'] or []) or '-'}",
+        f"  created       {iso(row['created_at'])} from event {row['source_event_id']}",
+        f"  attempts      {row['attempts']}  first {iso(row['first_attempt_at'])}  "
+        f"next ready {iso(row['available_at'])}",
+    ]
+    if row["status"] == "processing":
+        lines.append(f"  leased until  {iso(row['locked_until'])}")
+    if row["provider_id"] or row["sent_at"]:
+        lines.append(f"  sent          {iso(row['sent_at'])}  provider id {row['provider_id']}")
+    if row["delivery_status"]:
+        lines.append(
+            f"  delivery      {row['delivery_status']} at {iso(row['delivery_status_at'])}"
+        )
+    if row["last_error"]:
+        lines.append(f"  last error    {row['last_error']}")
+    lines += _section("stripe events", timeline.events, _event_line)
+    lines += _section("attempts", timeline.attempts, _attempt_line)
+    lines += _section("operator actions", timeline.actions, _action_line)
+    lines += _section("delivery events", timeline.deliveries, _delivery_line)
+    if timeline.payload is not None:
+        lines.append("  payload")
+        lines += ["    " + line for line in json.dumps(timeline.payload, indent=2).splitlines()]
+    return "\n".join(lines)
+
+
+def _section(title: str, items: list[dict[str, Any]], line: Any) -> list[str]:
+    if not items:
+        return [f"  {title}: none"]
+    return [f"  {title}:"] + [f"    {line(item)}" for item in items]
+
+
+def _event_line(event: dict[str, Any]) -> str:
+    detail = f" ({event['detail']})" if event["detail"] else ""
+    return (
+        f"{event['event_id']} {event['event_type']} {event['outcome']}{detail}, "
+        f"{event['deliveries']} deliveries, first {iso(event['first_received_at'])}, "
+        f"last {iso(event['last_received_at'])}"
+    )
+
+
+def _attempt_line(attempt: dict[str, Any]) -> str:
+    parts = [
+        f"#{attempt['attempt']} {iso(attempt['started_at'])} worker {attempt['worker_id']}",
+        f"outcome {attempt['outcome'] or '-'}",
+        f"http {attempt['http_status'] or '-'}",
+    ]
+    if attempt["provider_error"]:
+        parts.append(f"error {attempt['provider_error']}")
+    if attempt["provider_id"]:
+        parts.append(f"provider id {attempt['provider_id']}")
+    if attempt["finished_at"]:
+        parts.append(f"finished {iso(attempt['finished_at'])}")
+    line = ", ".join(parts)
+    if attempt["uncertain"]:
+        line += f"\n      ! {attempt['uncertain']}"
+    return line
+
+
+def _action_line(action: dict[str, Any]) -> str:
+    details = f" {json.dumps(action['details'], sort_keys=True)}" if action["details"] else ""
+    return (
+        f"{iso(action['performed_at'])} {action['action']} by {action['performed_by']}: "
+        f"{action['reason']}{details}"
+    )
+
+
+def _delivery_line(delivery: dict[str, Any]) -> str:
+    return (
+        f"{iso(delivery['occurred_at'] or delivery['received_at'])} {delivery['event_type']} "
+        f"({delivery['outcome']}) svix id {delivery['svix_id']}"
+    )

@@ -78,7 +78,12 @@ def _insert_outbox_row(
     existing = conn.execute(
         "SELECT fingerprint FROM email_outbox WHERE message_key = %s", (decision.message_key,)
     ).fetchone()
-    if existing is not None and existing["fingerprint"] == decision.fingerprint:
+    # A receipt imported from an earlier sender (`receipts import`) was sent
+    # already: any event for it is a duplicate, not a conflict.
+    if existing is not None and (
+        existing["fingerprint"] == decision.fingerprint
+        or existing["fingerprint"].startswith("imported:")
+    ):
         return "duplicate"
     return "conflict"
 

@@ -51,6 +51,8 @@ class Settings:
     retry_cutoff_hours: float = 23.0
     max_attempts: int = 10
     lease_seconds: int = 120
+    retry_base_seconds: float = 15.0
+    retry_max_seconds: float = 3600.0
     mail_dir: Path | None = None
     dev_dir: Path | None = None
     metrics_enabled: bool = True
@@ -98,6 +100,8 @@ def load_settings(environ: Mapping[str, str], *, required: Iterable[str] = ()) -
         retry_cutoff_hours=reader.retry_cutoff("RECEIPTS_RETRY_CUTOFF_HOURS", 23.0),
         max_attempts=int(reader.number("RECEIPTS_MAX_ATTEMPTS", 10, minimum=1, maximum=1000)),
         lease_seconds=int(reader.number("RECEIPTS_LEASE_SECONDS", 120, minimum=15)),
+        retry_base_seconds=reader.number("RECEIPTS_RETRY_BASE_SECONDS", 15.0, minimum=0.0),
+        retry_max_seconds=reader.number("RECEIPTS_RETRY_MAX_SECONDS", 3600.0, minimum=0.0),
         mail_dir=reader.path("RECEIPTS_MAIL_DIR"),
         dev_dir=reader.path("RECEIPTS_DEV_DIR"),
         metrics_enabled=reader.flag("RECEIPTS_METRICS_ENABLED", True),

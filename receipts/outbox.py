@@ -9,6 +9,7 @@ event row counts deliveries and records what each event meant.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from uuid import UUID
 
 from psycopg.types.json import Jsonb
 
@@ -124,3 +125,199 @@ def _record_event(
         redelivery=not row["first_delivery"],
         detail=row["detail"],
     )
+
+
+# --- delivery: claim ready rows, record what the provider said -------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClaimedRow:
+    """A row this worker holds under ``lease_token`` until its lease runs out."""
+
+    message_key: str
+    lease_token: UUID
+    attempt: int  # the attempt number this claim made (attempts after + 1)
+    attempt_id: int  # the email_attempts row recording this attempt
+    payload: bytes  # the frozen payload, byte for byte as PostgreSQL prints it
+
+
+@dataclass(frozen=True, kw_only=True)
+class SkippedRow:
+    """A ready row that went to review at claim time instead of being sent."""
+
+    message_key: str
+    review_reason: str  # retry_window_elapsed | attempts_exhausted
+
+
+@dataclass(frozen=True, kw_only=True)
+class Claim:
+    rows: list[ClaimedRow]
+    skipped: list[SkippedRow]
+
+
+@dataclass(frozen=True, kw_only=True)
+class AttemptResult:
+    """How one attempt ends: the row's next state and the attempt log entry."""
+
+    status: str  # pending | sent | review
+    outcome: str  # the email_attempts.outcome value
+    retry_in_seconds: float = 0.0  # for pending: when the row is ready again
+    refund_attempt: bool = False  # the attempt did not count against the budget
+    http_status: int | None = None
+    provider_error: str | None = None
+    provider_id: str | None = None
+    review_reason: str | None = None
+    last_error: str | None = None
+
+
+def claim_ready(
+    conn: Connection,
+    *,
+    limit: int,
+    worker_id: str,
+    lease_seconds: float,
+    max_attempts: int,
+    retry_cutoff_hours: float,
+) -> Claim:
+    """Lease up to ``limit`` ready rows (one transaction; commit before sending).
+
+    Ready means pending and due, or processing with an expired lease (its
+    worker died or lost touch). Rows past the retry cutoff or the attempt
+    budget go to review here, without a send.
+    """
+    ready = conn.execute(
+        """SELECT message_key, attempts,
+                  (first_attempt_at IS NOT NULL
+                   AND first_attempt_at <= now() - make_interval(secs => %(cutoff)s))
+                      AS past_cutoff
+             FROM email_outbox
+            WHERE (status = 'pending' AND available_at <= now())
+               OR (status = 'processing' AND locked_until <= now())
+            ORDER BY available_at
+            LIMIT %(limit)s
+              FOR UPDATE SKIP LOCKED""",
+        {"cutoff": retry_cutoff_hours * 3600.0, "limit": limit},
+    ).fetchall()
+    skipped = [
+        SkippedRow(
+            message_key=row["message_key"],
+            review_reason="retry_window_elapsed" if row["past_cutoff"] else "attempts_exhausted",
+        )
+        for row in ready
+        if row["past_cutoff"] or row["attempts"] >= max_attempts
+    ]
+    if skipped:
+        _skip_to_review(conn, skipped, worker_id)
+    skipped_keys = {row.message_key for row in skipped}
+    sendable = [row["message_key"] for row in ready if row["message_key"] not in skipped_keys]
+    return Claim(rows=_lease(conn, sendable, worker_id, lease_seconds), skipped=skipped)
+
+
+def _skip_to_review(conn: Connection, skipped: list[SkippedRow], worker_id: str) -> None:
+    keys = [row.message_key for row in skipped]
+    reasons = [row.review_reason for row in skipped]
+    conn.execute(
+        """WITH decided AS (
+               SELECT * FROM unnest(%(keys)s::text[], %(reasons)s::text[]) AS d(key, reason)
+           ), moved AS (
+               UPDATE email_outbox AS o
+                  SET status = 'review', review_reason = decided.reason,
+                      lease_token = NULL, locked_until = NULL, updated_at = now()
+                 FROM decided
+                WHERE o.message_key = decided.key
+            RETURNING o.message_key, o.attempts, decided.reason
+           )
+           INSERT INTO email_attempts
+               (message_key, attempt, worker_id, lease_token, finished_at, outcome)
+           SELECT message_key, attempts + 1, %(worker)s, gen_random_uuid(), now(),
+                  CASE reason WHEN 'retry_window_elapsed' THEN 'skipped_cutoff'
+                              ELSE 'skipped_budget' END
+             FROM moved""",
+        {"keys": keys, "reasons": reasons, "worker": worker_id},
+    )
+
+
+def _lease(
+    conn: Connection, keys: list[str], worker_id: str, lease_seconds: float
+) -> list[ClaimedRow]:
+    if not keys:
+        return []
+    rows = conn.execute(
+        """WITH claimed AS (
+               UPDATE email_outbox
+                  SET status = 'processing',
+                      lease_token = gen_random_uuid(),
+                      locked_until = now() + make_interval(secs => %(lease)s),
+                      first_attempt_at = coalesce(first_attempt_at, now()),
+                      attempts = attempts + 1,
+                      updated_at = now()
+                WHERE message_key = ANY(%(keys)s)
+            RETURNING message_key, lease_token, attempts, payload
+           ), logged AS (
+               INSERT INTO email_attempts (message_key, attempt, worker_id, lease_token)
+               SELECT message_key, attempts, %(worker)s, lease_token FROM claimed
+               RETURNING id, message_key
+           )
+           SELECT c.message_key, c.lease_token, c.attempts, c.payload::text AS payload_text,
+                  l.id AS attempt_id
+             FROM claimed AS c JOIN logged AS l USING (message_key)""",
+        {"keys": keys, "lease": float(lease_seconds), "worker": worker_id},
+    ).fetchall()
+    return [
+        ClaimedRow(
+            message_key=row["message_key"],
+            lease_token=row["lease_token"],
+            attempt=row["attempts"],
+            attempt_id=row["attempt_id"],
+            payload=row["payload_text"].encode("utf-8"),
+        )
+        for row in rows
+    ]
+
+
+def record_attempt(conn: Connection, claimed: ClaimedRow, result: AttemptResult) -> bool:
+    """Store the outcome if we still hold the lease; False (and log it) if we lost it.
+
+    The outbox write is guarded by the lease token, so a worker whose lease
+    expired never overwrites the state a newer worker wrote.
+    """
+    updated = conn.execute(
+        """UPDATE email_outbox
+              SET status = %(status)s::text,
+                  provider_id = coalesce(%(provider_id)s::text, provider_id),
+                  sent_at = CASE WHEN %(status)s::text = 'sent' THEN now() ELSE sent_at END,
+                  review_reason = %(review_reason)s::text,
+                  available_at = CASE WHEN %(status)s::text = 'pending'
+                                      THEN now() + make_interval(secs => %(delay)s)
+                                      ELSE available_at END,
+                  attempts = attempts - %(refund)s,
+                  last_error = coalesce(%(last_error)s::text, last_error),
+                  lease_token = NULL, locked_until = NULL, updated_at = now()
+            WHERE message_key = %(key)s AND lease_token = %(token)s AND status = 'processing'
+        RETURNING message_key""",
+        {
+            "status": result.status,
+            "provider_id": result.provider_id,
+            "review_reason": result.review_reason if result.status == "review" else None,
+            "delay": float(result.retry_in_seconds),
+            "refund": 1 if result.refund_attempt else 0,
+            "last_error": result.last_error,
+            "key": claimed.message_key,
+            "token": claimed.lease_token,
+        },
+    ).fetchone()
+    held = updated is not None
+    conn.execute(
+        """UPDATE email_attempts
+              SET finished_at = now(), outcome = %s, http_status = %s,
+                  provider_error = %s, provider_id = %s
+            WHERE id = %s""",
+        (
+            result.outcome if held else "lease_lost",
+            result.http_status,
+            result.provider_error,
+            result.provider_id,
+            claimed.attempt_id,
+        ),
+    )
+    return held

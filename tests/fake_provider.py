@@ -1,0 +1,386 @@
+"""A real local HTTP server that answers ``POST /emails`` by Resend's rules.
+
+Use it in-thread (``with running_fake_provider() as fake: fake.url``) or as a
+process of its own::
+
+    python -m tests.fake_provider --port 8025 [--latency 0.05] [--api-key KEY]
+                                  [--no-idempotency]
+
+It prints ``listening on http://127.0.0.1:PORT`` once ready (``--port 0``
+picks a free port) and runs until SIGTERM/SIGINT.
+
+Rules it keeps, like Resend:
+
+* ``Authorization: Bearer KEY`` must match ``--api-key`` when one is set
+  (401 ``missing_api_key`` without a header, 403 ``invalid_api_key`` otherwise).
+* An ``Idempotency-Key`` is remembered for 24 h of the server's clock after
+  its first request. Same key + same body bytes replays the first answer and
+  delivers nothing new; same key + another body answers 409
+  ``invalid_idempotent_request``; a key whose first request is still being
+  handled answers 409 ``concurrent_idempotent_requests``. Only successful
+  answers are remembered: after a scripted error the key is free again.
+* A body that is not a JSON object with ``from``, ``to`` and ``subject``
+  answers 422 ``validation_error``.
+
+Control API (JSON in, JSON out):
+
+* ``GET /_stats``: ``requests``, ``deliveries``, ``replays``,
+  ``requests_by_key``, ``deliveries_by_key``, ``in_flight``, ``max_in_flight``.
+* ``GET /_deliveries``: every delivery ``{"id", "key", "body"}`` in order.
+* ``POST /_script``: ``{"answers": [ANSWER, ...]}`` queues answers for the
+  next new requests (replays and 409s do not use them). ANSWER fields, all
+  optional: ``status`` (default 200), ``name`` (error name), ``headers``
+  (extra response headers, e.g. ``{"Retry-After": "2"}``), ``delay`` (seconds
+  before answering, nothing delivered meanwhile), ``hold`` (seconds to wait
+  *after* accepting and delivering, before answering: the answer arrives
+  late, or never if the client died), ``no_id`` (a 2xx without an id; nothing
+  delivered), ``key`` (use this answer only for that Idempotency-Key).
+* ``POST /_config``: ``{"latency": s, "idempotency": bool, "api_key": str|null}``.
+* ``POST /_clock``: ``{"advance": seconds}`` moves the clock keys age by.
+* ``POST /_reset``: forget keys, deliveries, counters and queued answers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import signal
+import sys
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import requests
+
+KEY_RETENTION_SECONDS = 24 * 3600.0
+
+
+@dataclass
+class _KeyEntry:
+    body_hash: str
+    first_seen: float
+    in_flight: bool = True
+    status: int = 0
+    body: bytes = b""
+
+
+@dataclass
+class _Answer:
+    status: int = 200
+    name: str | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    delay: float = 0.0
+    hold: float = 0.0
+    no_id: bool = False
+    key: str | None = None
+
+
+class FakeResend:
+    """The provider's state; every method is safe to call from many threads."""
+
+    def __init__(
+        self, *, latency: float = 0.0, api_key: str | None = None, idempotency: bool = True
+    ) -> None:
+        self.latency = latency
+        self.api_key = api_key
+        self.idempotency = idempotency
+        self._lock = threading.Lock()
+        self._reset_state()
+
+    def _reset_state(self) -> None:
+        self._keys: dict[str, _KeyEntry] = {}
+        self._answers: list[_Answer] = []
+        self._clock_offset = 0.0
+        self.requests: Counter[str] = Counter()
+        self.deliveries: list[dict[str, str]] = []
+        self.replays = 0
+        self.in_flight = 0
+        self.max_in_flight = 0
+
+    def reset(self) -> None:
+        with self._lock:
+            self._reset_state()
+
+    def now(self) -> float:
+        return time.time() + self._clock_offset
+
+    def advance_clock(self, seconds: float) -> None:
+        with self._lock:
+            self._clock_offset += seconds
+
+    def script(self, answers: list[dict[str, Any]]) -> None:
+        with self._lock:
+            self._answers.extend(_Answer(**answer) for answer in answers)
+
+    def configure(self, settings: dict[str, Any]) -> None:
+        with self._lock:
+            self.latency = float(settings.get("latency", self.latency))
+            self.idempotency = bool(settings.get("idempotency", self.idempotency))
+            if "api_key" in settings:
+                self.api_key = settings["api_key"]
+
+    def stats(self) -> dict[str, Any]:
+        with self._lock:
+            delivered = Counter(delivery["key"] for delivery in self.deliveries)
+            return {
+                "requests": sum(self.requests.values()),
+                "deliveries": len(self.deliveries),
+                "replays": self.replays,
+                "requests_by_key": dict(self.requests),
+                "deliveries_by_key": dict(delivered),
+                "in_flight": self.in_flight,
+                "max_in_flight": self.max_in_flight,
+            }
+
+    def send_email(
+        self, authorization: str | None, key: str | None, body: bytes
+    ) -> tuple[int, dict[str, str], bytes]:
+        """Answer one ``POST /emails``: (status, headers, body)."""
+        refused = self._check_credentials(authorization)
+        if refused is not None:
+            return refused
+        with self._lock:
+            self.requests[key or ""] += 1
+            known = self._known_key_answer(key, body)
+            if known is not None:
+                return known
+            answer = self._next_answer(key)
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            return self._answer_new_request(key, body, answer)
+        finally:
+            with self._lock:
+                self.in_flight -= 1
+
+    def _check_credentials(
+        self, authorization: str | None
+    ) -> tuple[int, dict[str, str], bytes] | None:
+        if self.api_key is None:
+            return None
+        if not authorization:
+            return _error(401, "missing_api_key")
+        if authorization != f"Bearer {self.api_key}":
+            return _error(403, "invalid_api_key")
+        return None
+
+    def _known_key_answer(
+        self, key: str | None, body: bytes
+    ) -> tuple[int, dict[str, str], bytes] | None:
+        """Replay or refuse a remembered key; else remember this one (lock held)."""
+        if not key or not self.idempotency:
+            return None
+        digest = hashlib.sha256(body).hexdigest()
+        entry = self._keys.get(key)
+        if entry is not None and self.now() - entry.first_seen >= KEY_RETENTION_SECONDS:
+            entry = None
+        if entry is None:
+            self._keys[key] = _KeyEntry(body_hash=digest, first_seen=self.now())
+            return None
+        if entry.body_hash != digest:
+            return _error(409, "invalid_idempotent_request")
+        if entry.in_flight:
+            return _error(409, "concurrent_idempotent_requests")
+        self.replays += 1
+        return entry.status, {}, entry.body
+
+    def _next_answer(self, key: str | None) -> _Answer:
+        for position, answer in enumerate(self._answers):
+            if answer.key is None or answer.key == key:
+                return self._answers.pop(position)
+        return _Answer()
+
+    def _answer_new_request(
+        self, key: str | None, body: bytes, answer: _Answer
+    ) -> tuple[int, dict[str, str], bytes]:
+        time.sleep(self.latency + answer.delay)
+        result = self._outcome(key, body, answer)
+        status, headers, content = result
+        with self._lock:
+            entry = self._keys.get(key or "")
+            if entry is not None and self.idempotency:
+                if 200 <= status < 300 and not answer.no_id:
+                    entry.in_flight, entry.status, entry.body = False, status, content
+                else:
+                    del self._keys[key or ""]
+        return status, {**headers, **answer.headers}, content
+
+    def _outcome(
+        self, key: str | None, body: bytes, answer: _Answer
+    ) -> tuple[int, dict[str, str], bytes]:
+        if not 200 <= answer.status < 300:
+            return _error(answer.status, answer.name or f"http_{answer.status}")
+        if not _is_valid_email(body):
+            return _error(422, "validation_error")
+        if answer.no_id:
+            return answer.status, {}, b"{}"
+        email_id = str(uuid.uuid4())
+        with self._lock:
+            self.deliveries.append(
+                {"id": email_id, "key": key or "", "body": body.decode("utf-8", "replace")}
+            )
+        time.sleep(answer.hold)
+        return answer.status, {}, json.dumps({"id": email_id}).encode()
+
+
+def _is_valid_email(body: bytes) -> bool:
+    try:
+        document = json.loads(body)
+    except ValueError:
+        return False
+    return isinstance(document, dict) and all(
+        document.get(name) for name in ("from", "to", "subject")
+    )
+
+
+def _error(status: int, name: str) -> tuple[int, dict[str, str], bytes]:
+    message = {"statusCode": status, "name": name, "message": f"fake provider: {name}"}
+    return status, {}, json.dumps(message).encode()
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _Server
+
+    def do_GET(self) -> None:
+        fake = self.server.fake
+        if self.path == "/_stats":
+            self._reply(200, {}, json.dumps(fake.stats()).encode())
+        elif self.path == "/_deliveries":
+            with fake._lock:
+                deliveries = list(fake.deliveries)
+            self._reply(200, {}, json.dumps(deliveries).encode())
+        else:
+            self._reply(*_error(404, "not_found"))
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        fake = self.server.fake
+        if self.path == "/emails":
+            self._reply(
+                *fake.send_email(
+                    self.headers.get("Authorization"), self.headers.get("Idempotency-Key"), body
+                )
+            )
+            return
+        command = json.loads(body or b"{}")
+        if self.path == "/_script":
+            fake.script(command.get("answers", []))
+        elif self.path == "/_config":
+            fake.configure(command)
+        elif self.path == "/_clock":
+            fake.advance_clock(float(command.get("advance", 0)))
+        elif self.path == "/_reset":
+            fake.reset()
+        else:
+            self._reply(*_error(404, "not_found"))
+            return
+        self._reply(200, {}, b"{}")
+
+    def _reply(self, status: int, headers: dict[str, str], body: bytes) -> None:
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            for name, value in headers.items():
+                self.send_header(name, value)
+            self.end_headers()
+            self.wfile.write(body)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client gave up or died; the answer is lost, as on a real network
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 256
+
+    def __init__(self, port: int, fake: FakeResend) -> None:
+        super().__init__(("127.0.0.1", port), _Handler)
+        self.fake = fake
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+
+class FakeProviderClient:
+    """The control API over HTTP, for a fake provider in this or another process."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url.rstrip("/")
+
+    def stats(self) -> dict[str, Any]:
+        result: dict[str, Any] = requests.get(f"{self.url}/_stats", timeout=5).json()
+        return result
+
+    def deliveries(self) -> list[dict[str, str]]:
+        result: list[dict[str, str]] = requests.get(f"{self.url}/_deliveries", timeout=5).json()
+        return result
+
+    def script(self, *answers: dict[str, Any]) -> None:
+        self._post("/_script", {"answers": list(answers)})
+
+    def configure(self, **settings: Any) -> None:
+        self._post("/_config", settings)
+
+    def advance_clock(self, seconds: float) -> None:
+        self._post("/_clock", {"advance": seconds})
+
+    def reset(self) -> None:
+        self._post("/_reset", {})
+
+    def _post(self, path: str, document: dict[str, Any]) -> None:
+        requests.post(f"{self.url}{path}", json=document, timeout=5).raise_for_status()
+
+
+@contextmanager
+def running_fake_provider(**options: Any) -> Iterator[FakeProviderClient]:
+    """A fake provider on a free port, served from a thread of this process."""
+    server = _Server(0, FakeResend(**options))
+    thread = threading.Thread(
+        target=server.serve_forever, args=(0.05,), name="fake-provider", daemon=True
+    )
+    thread.start()
+    try:
+        yield FakeProviderClient(server.url)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="A fake Resend API for tests and benchmarks.")
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--latency", type=float, default=0.0, help="seconds per new request")
+    parser.add_argument("--api-key", default=None, help="require this bearer token")
+    parser.add_argument("--no-idempotency", action="store_true", help="ignore Idempotency-Key")
+    args = parser.parse_args(argv)
+    fake = FakeResend(
+        latency=args.latency, api_key=args.api_key, idempotency=not args.no_idempotency
+    )
+    server = _Server(args.port, fake)
+    signal.signal(
+        signal.SIGTERM, lambda signum, frame: threading.Thread(target=server.shutdown).start()
+    )
+    print(f"listening on {server.url}", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

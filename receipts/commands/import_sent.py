@@ -1,16 +1,77 @@
-"""``receipts import``: not built yet."""
+"""``receipts import FILE.csv``: record receipts an earlier system already sent.
+
+Columns ``invoice_id,account,mode,sent_at,provider_id`` with that header.
+All or nothing: malformed lines are all reported by number (exit 1) and
+nothing is stored. Keys already recorded as sent are skipped and listed.
+"""
 
 from __future__ import annotations
 
 import argparse
+import getpass
+import logging
 import sys
 from collections.abc import Mapping
+from pathlib import Path
+
+from receipts.config import load_settings
+from receipts.db import connect
+from receipts.importing import ImportRejected, import_sent, parse_csv
+from receipts.logs import configure_logging, log_fields
+from receipts.review import Decider
+
+log = logging.getLogger("receipts.import")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    pass
+    parser.add_argument("file", metavar="FILE.csv", type=Path, help="the earlier system's log")
+    parser.add_argument("--reason", help="recorded with each row (default: imported from FILE)")
+    parser.add_argument("--by", help="who imports (default: the OS user)")
 
 
 def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
-    print("receipts import: not available in this version", file=sys.stderr)
-    return 1
+    settings = load_settings(environ, required=("DATABASE_URL",))
+    configure_logging(settings.log_format)
+    assert settings.database_url is not None
+    try:
+        text = args.file.read_bytes().decode("utf-8-sig")
+    except OSError as exc:
+        print(f"receipts import: cannot read {args.file}: {exc.strerror}", file=sys.stderr)
+        return 1
+    except UnicodeDecodeError:
+        print(f"receipts import: {args.file} is not UTF-8 text", file=sys.stderr)
+        return 1
+    decider = Decider(
+        performed_by=args.by or environ.get("USER") or _os_user(),
+        reason=args.reason or f"imported from {args.file.name}",
+    )
+    try:
+        receipts = parse_csv(text)
+        with connect(settings.database_url) as conn, conn.transaction():
+            report = import_sent(conn, receipts, decider, source=args.file.name)
+    except ImportRejected as rejected:
+        for problem in rejected.problems:
+            print(f"{args.file}: {problem}", file=sys.stderr)
+        print(
+            f"receipts import: nothing imported ({len(rejected.problems)} problem(s))",
+            file=sys.stderr,
+        )
+        return 1
+    for line, key in report.skipped:
+        print(f"{args.file}: line {line}: {key} is already recorded as sent; skipped")
+    log_fields(
+        log,
+        "import",
+        file=args.file.name,
+        imported=len(report.imported),
+        skipped=len(report.skipped),
+    )
+    print(f"imported {len(report.imported)} sent receipt(s), skipped {len(report.skipped)}")
+    return 0
+
+
+def _os_user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "unknown"

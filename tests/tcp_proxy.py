@@ -1,0 +1,170 @@
+"""A TCP proxy a test can cut: the fault lab's way to break a connection from outside.
+
+It sits between a process and PostgreSQL (or any server). The test can:
+
+* ``cut()`` every open connection at once (a reset, as when a database
+  restarts or a network path dies), and ``refuse(True)`` new ones meanwhile;
+* ``on_client_bytes(pattern, action)`` / ``on_server_bytes(pattern, action)``:
+  run ``action`` the moment ``pattern`` passes in that direction, *before* the
+  chunk holding it is forwarded. The action decides what happens next: return
+  ``"forward"`` to pass the chunk on, ``"cut"`` to reset that connection
+  instead. Each watch fires once.
+
+Watching PostgreSQL's wire protocol for ``b"COMMIT\\x00"`` from the server
+(the CommandComplete tag) pins a crash to "the commit is durable but the
+client has not heard of it yet". The connection must not use TLS
+(``sslmode=disable``) for the bytes to be readable.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import struct
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Literal
+
+Verdict = Literal["forward", "cut"]
+Action = Callable[[], Verdict]
+
+_CHUNK = 65536
+
+
+@dataclass
+class _Watch:
+    pattern: bytes
+    action: Action
+    fired: threading.Event = field(default_factory=threading.Event)
+
+
+class TcpProxy:
+    """Listens on 127.0.0.1:``port`` and forwards to ``target``."""
+
+    def __init__(self, target_host: str, target_port: int) -> None:
+        self.target = (target_host, target_port)
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port: int = self._listener.getsockname()[1]
+        self._lock = threading.Lock()
+        self._open: set[socket.socket] = set()
+        self._refusing = False
+        self._closed = False
+        self._watches: dict[str, list[_Watch]] = {"client": [], "server": []}
+        self.connections_accepted = 0
+        threading.Thread(target=self._accept_loop, daemon=True, name="proxy-accept").start()
+
+    # --- control -----------------------------------------------------------
+
+    def cut(self) -> int:
+        """Reset every open connection; return how many were cut."""
+        with self._lock:
+            victims = list(self._open)
+            self._open.clear()
+        for sock in victims:
+            _reset(sock)
+        return len(victims) // 2
+
+    def refuse(self, refusing: bool) -> None:
+        """While refusing, new connections are accepted and reset at once."""
+        with self._lock:
+            self._refusing = refusing
+
+    def on_client_bytes(self, pattern: bytes, action: Action) -> threading.Event:
+        """Watch bytes going to the server; the returned event is set once it fired."""
+        return self._watch("client", pattern, action)
+
+    def on_server_bytes(self, pattern: bytes, action: Action) -> threading.Event:
+        """Watch bytes coming back from the server."""
+        return self._watch("server", pattern, action)
+
+    def close(self) -> None:
+        self._closed = True
+        self._listener.close()
+        self.cut()
+
+    # --- machinery ---------------------------------------------------------
+
+    def _watch(self, direction: str, pattern: bytes, action: Action) -> threading.Event:
+        watch = _Watch(pattern, action)
+        with self._lock:
+            self._watches[direction].append(watch)
+        return watch.fired
+
+    def _accept_loop(self) -> None:
+        while not self._closed:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            with self._lock:
+                refusing = self._refusing
+                self.connections_accepted += 1
+            if refusing:
+                _reset(client)
+                continue
+            try:
+                server = socket.create_connection(self.target, timeout=5)
+                server.settimeout(None)
+            except OSError:
+                _reset(client)
+                continue
+            with self._lock:
+                self._open.update((client, server))
+            for source, sink, direction in ((client, server, "client"), (server, client, "server")):
+                threading.Thread(
+                    target=self._pump, args=(source, sink, client, server, direction), daemon=True
+                ).start()
+
+    def _pump(
+        self,
+        source: socket.socket,
+        sink: socket.socket,
+        client: socket.socket,
+        server: socket.socket,
+        direction: str,
+    ) -> None:
+        tail = b""
+        try:
+            while True:
+                chunk = source.recv(_CHUNK)
+                if not chunk:
+                    break
+                verdict = self._check(direction, tail + chunk)
+                if verdict == "cut":
+                    break
+                sink.sendall(chunk)
+                tail = (tail + chunk)[-64:]
+        except OSError:
+            pass
+        self._drop(client, server)
+
+    def _check(self, direction: str, window: bytes) -> Verdict:
+        with self._lock:
+            due = [w for w in self._watches[direction] if w.pattern in window]
+            for watch in due:
+                self._watches[direction].remove(watch)
+        verdict: Verdict = "forward"
+        for watch in due:
+            if watch.action() == "cut":
+                verdict = "cut"
+            watch.fired.set()
+        return verdict
+
+    def _drop(self, client: socket.socket, server: socket.socket) -> None:
+        with self._lock:
+            self._open.discard(client)
+            self._open.discard(server)
+        _reset(client)
+        _reset(server)
+
+
+def _reset(sock: socket.socket) -> None:
+    """Close with RST (linger 0): the peer sees the connection die, not end."""
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        sock.shutdown(socket.SHUT_RD)  # wakes the pump thread blocked in recv()
+    except OSError:
+        pass
+    with contextlib.suppress(OSError):
+        sock.close()

@@ -23,10 +23,10 @@ from receipts.db import Connection
 STATUSES = ("pending", "processing", "sent", "review")
 DISMISSED = "dismissed"  # review_reason of a review row a person closed without sending
 
-# Attempt outcomes that prove no request reached the provider.
-NOT_SENT_OUTCOMES = frozenset(
-    {"config_error", "skipped_cutoff", "skipped", "lease_lost_before_send"}
-)
+# Attempt outcomes the worker writes when it made no request (see receipts.worker).
+NOT_SENT_OUTCOMES = frozenset({"released", "skipped_cutoff", "skipped_budget"})
+# Attempts that were a real request to the provider, for latency and answer classes.
+_CALLED_PROVIDER = "(http_status IS NOT NULL OR outcome = 'retry')"
 
 # Row columns `show` prints; `payload` only on request.
 _ROW_COLUMNS = (
@@ -154,14 +154,13 @@ def read_provider_activity(conn: Connection, *, window_seconds: int = 900) -> Pr
     """Attempts that finished within the window: how the provider answered, how fast."""
     answers = {"2xx": 0, "4xx": 0, "5xx": 0, "timeout": 0}
     for row in conn.execute(
-        """SELECT CASE WHEN http_status IS NULL THEN 'timeout'
+        f"""SELECT CASE WHEN http_status IS NULL THEN 'timeout'
                        WHEN http_status BETWEEN 200 AND 299 THEN '2xx'
                        WHEN http_status BETWEEN 400 AND 499 THEN '4xx'
                        WHEN http_status >= 500 THEN '5xx' END AS answer,
                   count(*) AS n
            FROM email_attempts
-           WHERE finished_at > now() - make_interval(secs => %s)
-             AND (http_status IS NOT NULL OR outcome = 'retry')
+           WHERE finished_at > now() - make_interval(secs => %s) AND {_CALLED_PROVIDER}
            GROUP BY 1""",
         (window_seconds,),
     ):
@@ -169,13 +168,13 @@ def read_provider_activity(conn: Connection, *, window_seconds: int = 900) -> Pr
             answers[row["answer"]] = row["n"]
     latency = _one(
         conn,
-        """SELECT count(*) AS n,
+        f"""SELECT count(*) AS n,
                   coalesce(sum(extract(epoch FROM finished_at - started_at)), 0)::float8 AS total,
                   percentile_cont(ARRAY[0.5, 0.95, 0.99]) WITHIN GROUP
                       (ORDER BY extract(epoch FROM finished_at - started_at)) AS quantiles
            FROM email_attempts
            WHERE finished_at > now() - make_interval(secs => %s)
-             AND started_at > now() - make_interval(secs => %s)""",
+             AND started_at > now() - make_interval(secs => %s) AND {_CALLED_PROVIDER}""",
         (window_seconds, window_seconds * 2),
     )
     assert latency is not None
@@ -286,7 +285,7 @@ def attempt_note(attempt: dict[str, Any]) -> str | None:
     if attempt["http_status"] is None:
         return "no answer (timeout or connection error); the provider may have accepted it"
     if 200 <= attempt["http_status"] <= 299:
-        return "the provider answered 2xx but no id was recorded"
+        return "the provider answered 2xx but the receipt was not recorded as sent by it"
     return None
 
 

@@ -1,4 +1,4 @@
-"""The web process: an app factory with the Stripe webhook and health routes."""
+"""The web process: an app factory with the webhook, health and metrics routes."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from collections.abc import Mapping
 
 from flask import Blueprint, Flask, Response, current_app, jsonify, request
 
+from receipts import delivery_webhooks, metrics
 from receipts.config import WEB_REQUIRES, Settings, load_settings
 from receipts.db import Database, DatabaseUnavailable
 from receipts.logs import log_fields
@@ -49,6 +50,8 @@ def create_app(
     app.extensions["receipts"] = Services(settings, database)
     app.register_blueprint(stripe_webhooks)
     app.register_blueprint(health)
+    delivery_webhooks.init_app(app, settings)
+    metrics.init_app(app, settings, database)
     app.register_error_handler(413, _too_large)
     return app
 
@@ -65,6 +68,13 @@ def _too_large(_error: Exception) -> tuple[Response, int]:
 @stripe_webhooks.post("/webhooks/stripe")
 def receive_stripe_event() -> tuple[Response, int]:
     started = time.perf_counter()
+    response, status, event_type, outcome = _handle_stripe_event(started)
+    metrics.count_webhook("stripe", event_type, outcome, status, started)
+    return response, status
+
+
+def _handle_stripe_event(started: float) -> tuple[Response, int, str, str]:
+    """Answer one delivery; also return its event type and outcome for the metrics."""
     svc = services()
     body = request.get_data(cache=False)
     try:
@@ -87,10 +97,15 @@ def receive_stripe_event() -> tuple[Response, int]:
             status=rejected.status,
             reason=rejected.reason,
         )
-        return jsonify(error=rejected.reason), rejected.status
+        return jsonify(error=rejected.reason), rejected.status, "unknown", "rejected"
     except MalformedEvent as exc:
         log_fields(log, "stripe webhook rejected", logging.WARNING, status=400, reason=str(exc))
-        return jsonify(error=f"not a usable invoice event: {exc}"), 400
+        return (
+            jsonify(error=f"not a usable invoice event: {exc}"),
+            400,
+            header.event_type,
+            "malformed",
+        )
     try:
         with svc.database.transaction() as conn:
             result = ingest(conn, header, decision)
@@ -102,9 +117,19 @@ def receive_stripe_event() -> tuple[Response, int]:
             event_id=header.event_id,
             reason=str(exc),
         )
-        return jsonify(error="database unavailable, retry later"), 503
+        return (
+            jsonify(error="database unavailable, retry later"),
+            503,
+            header.event_type,
+            "unavailable",
+        )
     _log_result(result, header.event_type, started)
-    return jsonify(received=True, outcome=result.outcome, message_key=result.message_key), 200
+    return (
+        jsonify(received=True, outcome=result.outcome, message_key=result.message_key),
+        200,
+        header.event_type,
+        result.outcome,
+    )
 
 
 def _log_result(result: IngestResult, event_type: str, started: float) -> None:

@@ -128,7 +128,7 @@ def _handle_stripe_event(started: float) -> tuple[Response, int, str, str]:
         jsonify(received=True, outcome=result.outcome, message_key=result.message_key),
         200,
         header.event_type,
-        result.outcome,
+        "redelivery" if result.redelivery else result.outcome,
     )
 
 

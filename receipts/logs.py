@@ -16,7 +16,7 @@ _FIELDS_ATTR = "receipts_fields"
 
 
 def configure_logging(log_format: str = "text", level: int = logging.INFO) -> None:
-    handler = logging.StreamHandler(sys.stderr)
+    handler = _StderrHandler()
     handler.setFormatter(JsonFormatter() if log_format == "json" else TextFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
@@ -29,6 +29,20 @@ def log_fields(
     """Log ``message`` with key=value fields (None values are left out)."""
     kept = {name: value for name, value in fields.items() if value is not None}
     logger.log(level, message, extra={_FIELDS_ATTR: kept})
+
+
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to ``sys.stderr`` as it is when a line is logged, not when configured,
+    so a command run under a replaced stderr (tests, embedding) never writes to a
+    stream that has since been closed."""
+
+    @property
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value: Any) -> None:
+        pass
 
 
 class TextFormatter(logging.Formatter):

@@ -6,6 +6,7 @@ import argparse
 from collections.abc import Mapping
 
 from receipts.config import load_settings
+from receipts.logs import configure_logging
 from receipts.migrations import migrate
 
 
@@ -14,7 +15,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
-    url = args.database_url or load_settings(environ, required=("DATABASE_URL",)).database_url
+    settings = load_settings(environ, required=() if args.database_url else ("DATABASE_URL",))
+    configure_logging(settings.log_format)
+    url = args.database_url or settings.database_url
     assert url is not None
     applied = migrate(url)
     if applied:

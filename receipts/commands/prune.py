@@ -14,7 +14,7 @@ from collections.abc import Mapping
 
 from receipts.config import load_settings
 from receipts.db import Database
-from receipts.logs import log_fields
+from receipts.logs import configure_logging, log_fields
 from receipts.retention import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_KEEP_DETAILS_DAYS,
@@ -67,6 +67,7 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         print(f"receipts prune: {exc}", file=sys.stderr)
         return 2
     settings = load_settings(environ, required=("DATABASE_URL",))
+    configure_logging(settings.log_format)
     assert settings.database_url is not None
     database = Database(settings.database_url, max_size=1, timeout=settings.database_timeout)
     try:

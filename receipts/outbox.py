@@ -9,8 +9,10 @@ event row counts deliveries and records what each event meant.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 from uuid import UUID
 
+from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from receipts.db import Connection
@@ -185,19 +187,8 @@ def claim_ready(
     worker died or lost touch). Rows past the retry cutoff or the attempt
     budget go to review here, without a send.
     """
-    ready = conn.execute(
-        """SELECT message_key, attempts,
-                  (first_attempt_at IS NOT NULL
-                   AND first_attempt_at <= now() - make_interval(secs => %(cutoff)s))
-                      AS past_cutoff
-             FROM email_outbox
-            WHERE (status = 'pending' AND available_at <= now())
-               OR (status = 'processing' AND locked_until <= now())
-            ORDER BY available_at
-            LIMIT %(limit)s
-              FOR UPDATE SKIP LOCKED""",
-        {"cutoff": retry_cutoff_hours * 3600.0, "limit": limit},
-    ).fetchall()
+    ready = _lock_ready(conn, "processing", "locked_until", limit, retry_cutoff_hours)
+    ready += _lock_ready(conn, "pending", "available_at", limit - len(ready), retry_cutoff_hours)
     skipped = [
         SkippedRow(
             message_key=row["message_key"],
@@ -211,6 +202,28 @@ def claim_ready(
     skipped_keys = {row.message_key for row in skipped}
     sendable = [row["message_key"] for row in ready if row["message_key"] not in skipped_keys]
     return Claim(rows=_lease(conn, sendable, worker_id, lease_seconds), skipped=skipped)
+
+
+def _lock_ready(
+    conn: Connection, status: str, due_column: str, limit: int, cutoff_hours: float
+) -> list[dict[str, Any]]:
+    """Lock due rows of one status, oldest first, through that status's partial index."""
+    if limit <= 0:
+        return []
+    query = sql.SQL(
+        """SELECT message_key, attempts,
+                  (first_attempt_at IS NOT NULL
+                   AND first_attempt_at <= now() - make_interval(secs => %(cutoff)s))
+                      AS past_cutoff
+             FROM email_outbox
+            WHERE status = {status} AND {due} <= now()
+            ORDER BY {due}
+            LIMIT %(limit)s
+              FOR UPDATE SKIP LOCKED"""
+    ).format(status=sql.Literal(status), due=sql.Identifier(due_column))
+    # The status is a literal so that the planner can match the partial index.
+    params = {"cutoff": cutoff_hours * 3600.0, "limit": limit}
+    return conn.execute(query, params).fetchall()
 
 
 def _skip_to_review(conn: Connection, skipped: list[SkippedRow], worker_id: str) -> None:

@@ -1,9 +1,10 @@
 """The worker: claim ready receipts, send each through the provider, record the answer.
 
 One dispatcher thread claims rows (``FOR UPDATE SKIP LOCKED``, a fresh lease
-token per row, committed before any network call) only when a sender slot is
-free, so the slots stay busy and nothing waits in memory while its lease runs
-out. ``concurrency`` sender threads share one keep-alive HTTP session, a send
+token per row, committed before any network call) in batches, keeping at most
+``concurrency`` rows waiting behind the ones being sent: the sender slots stay
+busy, and no row waits long enough for its lease to run out (one that would
+is released unsent). ``concurrency`` sender threads share one keep-alive HTTP session, a send
 rate cap (``RECEIPTS_SEND_RATE``), and a pause that a 429 or an exhausted
 rate-limit window sets for all of them. Every outcome is written with
 ``WHERE lease_token = …``: a worker that lost its lease writes nothing to the
@@ -249,8 +250,8 @@ class _Worker:
         self.halt = threading.Event()  # set on stop or on a fatal error: no new sends
         self.wake = threading.Event()  # a slot freed up, or a notification arrived
         self.finished = threading.Event()
-        self._in_flight = 0
-        self._in_flight_lock = threading.Lock()
+        self._held = 0
+        self._held_lock = threading.Lock()
 
     # --- the dispatcher -----------------------------------------------------------
 
@@ -294,8 +295,7 @@ class _Worker:
         while not self._should_stop_claiming(deadline):
             self.wake.clear()
             pause = self.limiter.paused_for()
-            free = self.concurrency - self._in_flight
-            if not self.loop and self._in_flight == 0 and pause > self.poll_seconds:
+            if not self.loop and self._held == 0 and pause > self.poll_seconds:
                 log_fields(
                     log,
                     "provider asked us to wait; leaving the rest to the next run",
@@ -304,20 +304,36 @@ class _Worker:
                     wait_seconds=round(pause),
                 )
                 return
+            wanted = self._claim_size()
             poll_due = time.monotonic() - last_claim >= self.poll_seconds
-            if free > 0 and pause == 0.0 and (maybe_ready or poll_due):
+            if wanted > 0 and pause == 0.0 and (maybe_ready or poll_due):
                 last_claim = time.monotonic()
-                claimed = self._claim(free)
+                claimed = self._claim(wanted)
                 if claimed is None:
                     return
                 for row in claimed:
                     self._start(senders, row)
-                maybe_ready = len(claimed) == free
-                if not self.loop and self._in_flight == 0 and not maybe_ready:
+                maybe_ready = len(claimed) == wanted
+                if not self.loop and self._held == 0 and not maybe_ready:
                     return  # drained: nothing ready, nothing in hand
             waited = self.wake.wait(timeout=min(0.25, pause) if pause else 0.25)
             maybe_ready = maybe_ready or waited
-        self.halt.set()
+
+    def _claim_size(self) -> int:
+        """How many rows to claim now: 0 while enough are in hand.
+
+        Up to ``concurrency`` rows wait in memory behind the ones being sent,
+        so a slot that frees up finds its next row at once; claiming in
+        batches when half of them are used keeps the claim queries few. With a
+        rate cap, never more than can be sent before the leases run out.
+        """
+        capacity = 2 * self.concurrency
+        fit = self.limiter.sendable_within(self._send_window())
+        if fit is not None:
+            capacity = min(capacity, fit)
+        if self._held > capacity - max(1, self.concurrency // 2):
+            return 0
+        return capacity - self._held
 
     def _should_stop_claiming(self, deadline: float | None) -> bool:
         if self.stop_event.is_set() or self.summary.error is not None:
@@ -325,12 +341,8 @@ class _Worker:
             return True
         return deadline is not None and time.monotonic() >= deadline
 
-    def _claim(self, free: int) -> list[outbox.ClaimedRow] | None:
-        """Claim up to ``free`` rows; None when the database failed in drain mode."""
-        limit = free
-        fit = self.limiter.sendable_within(self._send_window())
-        if fit is not None:
-            limit = min(limit, fit)
+    def _claim(self, limit: int) -> list[outbox.ClaimedRow] | None:
+        """Claim up to ``limit`` rows; None when the database failed in drain mode."""
         try:
             with self.database.transaction() as conn:
                 claim = outbox.claim_ready(
@@ -364,8 +376,8 @@ class _Worker:
         return self.settings.lease_seconds - self.send_budget - LEASE_SAFETY_SECONDS
 
     def _start(self, senders: ThreadPoolExecutor, row: outbox.ClaimedRow) -> None:
-        with self._in_flight_lock:
-            self._in_flight += 1
+        with self._held_lock:
+            self._held += 1
         senders.submit(self._attempt, row, time.monotonic())
 
     # --- one attempt, on a sender thread ------------------------------------------
@@ -384,8 +396,8 @@ class _Worker:
             log.exception("attempt failed unexpectedly: key=%s", row.message_key)
             self.summary.count("unrecorded")
         finally:
-            with self._in_flight_lock:
-                self._in_flight -= 1
+            with self._held_lock:
+                self._held -= 1
             self.wake.set()
 
     def _react_to_limits(self, answer: ProviderAnswer) -> None:

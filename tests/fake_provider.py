@@ -247,6 +247,7 @@ def _error(status: int, name: str) -> tuple[int, dict[str, str], bytes]:
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # headers and body go out as separate writes
     server: _Server
 
     def do_GET(self) -> None:

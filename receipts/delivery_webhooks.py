@@ -102,6 +102,9 @@ def receive_resend_event() -> tuple[Response, int]:
         log_fields(log, "resend webhook not stored", logging.ERROR, reason=str(exc))
         metrics.count_webhook("resend", event_type, "unavailable", 503, started)
         return jsonify(error="database unavailable, retry later"), 503
+    except Exception:
+        metrics.count_webhook("resend", event_type, "error", 500, started)
+        raise
     level = logging.WARNING if outcome == "unknown_email" else logging.INFO
     log_fields(
         log,

@@ -68,7 +68,12 @@ def _too_large(_error: Exception) -> tuple[Response, int]:
 @stripe_webhooks.post("/webhooks/stripe")
 def receive_stripe_event() -> tuple[Response, int]:
     started = time.perf_counter()
-    response, status, event_type, outcome = _handle_stripe_event(started)
+    try:
+        response, status, event_type, outcome = _handle_stripe_event(started)
+    except Exception:
+        # Flask answers 500; count it so the 5xx alert sees it.
+        metrics.count_webhook("stripe", "unknown", "error", 500, started)
+        raise
     metrics.count_webhook("stripe", event_type, outcome, status, started)
     return response, status
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -243,3 +244,14 @@ def test_gunicorn_workers_share_one_set_of_counters(gunicorn_url: str) -> None:
                        outcome="queued", code="200")  # fmt: skip
         assert queued == deliveries
         assert value(samples, "receipts_outbox_rows", status="pending") == deliveries
+
+
+def test_alert_rules_only_use_metrics_that_exist(client: FlaskClient, db: Db) -> None:
+    """Every receipts_* series named in docs/alerts.yml is exported by /metrics."""
+    insert_row(db, "in_1Alert", attempts=1, first_attempt_ago=timedelta(hours=1))
+    assert post_event(client, stripe_events.event()).status_code == 200
+    exported = {name for name, _labels in scrape(client)}
+    lines = (ROOT / "docs" / "alerts.yml").read_text().splitlines()
+    rules = "\n".join(line for line in lines if not line.lstrip().startswith("#"))
+    used = set(re.findall(r"\breceipts_[a-z0-9_]+", rules))
+    assert used and used <= exported, used - exported

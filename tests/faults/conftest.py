@@ -8,7 +8,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -17,6 +17,7 @@ import psutil
 import pytest
 import requests
 
+from tests.fake_provider import FakeProviderClient, running_fake_provider
 from tests.stripe_events import TEST_SECRET
 from tests.tcp_proxy import TcpProxy
 
@@ -116,7 +117,7 @@ class Gunicorn:
 
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
+            self.process.send_signal(signal.SIGINT)  # gunicorn's quick shutdown
             try:
                 self.process.wait(timeout=5)
             except subprocess.TimeoutExpired:
@@ -147,3 +148,54 @@ def start_gunicorn() -> Iterator[type[Gunicorn]]:
     yield Tracked
     for server in started:
         server.stop()
+
+
+PROVIDER_KEY = "re_fault_lab"
+
+
+@pytest.fixture
+def fake_provider() -> Iterator[FakeProviderClient]:
+    """The fake Resend API: a real HTTP server on a free port (served from a thread)."""
+    with running_fake_provider(api_key=PROVIDER_KEY) as provider:
+        yield provider
+
+
+def worker_environ(database_url: str, provider: FakeProviderClient, **extra: str) -> dict[str, str]:
+    """A worker's environment: short timeouts and backoff so retries happen within a test."""
+    return {
+        "PATH": os.environ.get("PATH", ""),
+        "DATABASE_URL": database_url,
+        "RESEND_API_KEY": PROVIDER_KEY,
+        "RESEND_API_URL": provider.url,
+        "RECEIPTS_PROVIDER_TIMEOUT": "2",
+        "RECEIPTS_PROVIDER_CONNECT_TIMEOUT": "1",
+        "RECEIPTS_RETRY_BASE_SECONDS": "0.2",
+        "RECEIPTS_RETRY_MAX_SECONDS": "1",
+        "RECEIPTS_DATABASE_TIMEOUT": "2",
+        "LOG_FORMAT": "json",
+        **extra,
+    }
+
+
+def start_worker(environ: Mapping[str, str], *args: str) -> subprocess.Popen[str]:
+    """``receipts worker ARGS`` as a process of its own."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "receipts.cli", "worker", *args],
+        cwd=REPO,
+        env=dict(environ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def finish(process: subprocess.Popen[str], timeout: float = 60) -> tuple[int, str, str]:
+    out, err = process.communicate(timeout=timeout)
+    return process.returncode, out, err
+
+
+def wait_for(condition: Callable[[], object], timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.02)

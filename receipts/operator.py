@@ -118,9 +118,9 @@ SELECT
   (SELECT count(*) FROM email_attempts a
     WHERE a.outcome IS NULL AND a.finished_at IS NULL
       AND a.started_at > now() - interval '48 hours'
-      AND EXISTS (SELECT 1 FROM email_attempts b
-                   WHERE b.message_key = a.message_key AND b.id > a.id
-                     AND b.started_at > now() - interval '24 hours')) AS lease_recoveries,
+      AND (SELECT b.started_at FROM email_attempts b
+            WHERE b.message_key = a.message_key AND b.id > a.id
+            ORDER BY b.id LIMIT 1) > now() - interval '24 hours') AS lease_recoveries,
   (SELECT count(*) FROM email_attempts a JOIN email_outbox o USING (message_key)
     WHERE a.outcome IS NULL AND a.finished_at IS NULL
       AND NOT EXISTS (SELECT 1 FROM email_attempts b

@@ -132,3 +132,19 @@ def test_unknown_key_or_invoice_exits_1(environ: dict[str, str], capsys: Any) ->
     assert "no receipt found for message key" in capsys.readouterr().err
     assert main(["show", "in_1Nope"], environ) == 1
     assert "no receipt found for invoice id 'in_1Nope'" in capsys.readouterr().err
+
+
+def test_an_open_review_row_shows_how_to_decide(
+    environ: dict[str, str], db: Db, capsys: Any
+) -> None:
+    """The decision commands are suggested, with a warning when an attempt that may have
+    reached the provider is older than its idempotency window; not for dismissed rows."""
+    key = insert_row(db, "in_1Hint", status="review", review_reason="retry_window_elapsed")
+    insert_attempt(db, key, started_ago=timedelta(hours=25), finished=False)
+    assert main(["show", key], environ) == 0
+    out = capsys.readouterr().out
+    assert f"decide        receipts review resolve|retry|resend|dismiss {key}" in out
+    assert "older than its 24 h idempotency window" in out
+    closed = insert_row(db, "in_1Closed", status="review", review_reason="dismissed")
+    assert main(["show", closed], environ) == 0
+    assert "decide" not in capsys.readouterr().out

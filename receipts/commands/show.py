@@ -16,7 +16,7 @@ from typing import Any
 from receipts.config import load_settings
 from receipts.db import connect
 from receipts.logs import configure_logging
-from receipts.operator import Timeline, find_keys, iso, read_timeline
+from receipts.operator import DISMISSED, Timeline, find_keys, iso, read_timeline
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -88,6 +88,7 @@ def render(timeline: Timeline) -> str:
         )
     if row["last_error"]:
         lines.append(f"  last error    {row['last_error']}")
+    lines += _decision_hint(timeline)
     lines += _section("stripe events", timeline.events, _event_line)
     lines += _section("attempts", timeline.attempts, _attempt_line)
     lines += _section("operator actions", timeline.actions, _action_line)
@@ -96,6 +97,21 @@ def render(timeline: Timeline) -> str:
         lines.append("  payload")
         lines += ["    " + line for line in json.dumps(timeline.payload, indent=2).splitlines()]
     return "\n".join(lines)
+
+
+def _decision_hint(timeline: Timeline) -> list[str]:
+    """For an open review row: the commands, and whether the provider may have it."""
+    row = timeline.row
+    if row["status"] != "review" or row["review_reason"] == DISMISSED:
+        return []
+    hint = [f"  decide        receipts review resolve|retry|resend|dismiss {row['message_key']} "
+            "--reason …"]  # fmt: skip
+    if any(a["uncertain"] and a["beyond_key_window"] for a in timeline.attempts):
+        hint.append(
+            "  ! an attempt that may have reached the provider is older than its 24 h "
+            "idempotency window: look the key up in the provider's logs before a retry"
+        )
+    return hint
 
 
 def _section(title: str, items: list[dict[str, Any]], line: Any) -> list[str]:

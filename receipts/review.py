@@ -12,7 +12,9 @@ the action's details. It no longer counts as needing a person.
 
 from __future__ import annotations
 
+import getpass
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -29,6 +31,17 @@ _RESEND_SUFFIX = re.compile(r"/resend-(\d+)$")
 _EMAIL_ADDRESS = re.compile(
     r"^[^@\s<>,;\x00-\x1f\x7f]+@[^@\s<>,;\x00-\x1f\x7f]+\.[^@\s<>,;\x00-\x1f\x7f]+$"
 )
+
+
+def operator_name(environ: Mapping[str, str]) -> str:
+    """Who is deciding when ``--by`` is not given: RECEIPTS_OPERATOR, else the OS user."""
+    for name in ("RECEIPTS_OPERATOR", "USER", "LOGNAME"):
+        if environ.get(name):
+            return environ[name]
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "unknown"
 
 
 class Refused(Exception):

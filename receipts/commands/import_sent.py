@@ -8,7 +8,6 @@ nothing is stored. Keys already recorded as sent are skipped and listed.
 from __future__ import annotations
 
 import argparse
-import getpass
 import logging
 import sys
 from collections.abc import Mapping
@@ -18,7 +17,7 @@ from receipts.config import load_settings
 from receipts.db import connect
 from receipts.importing import ImportRejected, import_sent, parse_csv
 from receipts.logs import configure_logging, log_fields
-from receipts.review import Decider
+from receipts.review import Decider, operator_name
 
 log = logging.getLogger("receipts.import")
 
@@ -42,7 +41,7 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         print(f"receipts import: {args.file} is not UTF-8 text", file=sys.stderr)
         return 1
     decider = Decider(
-        performed_by=args.by or environ.get("USER") or _os_user(),
+        performed_by=args.by or operator_name(environ),
         reason=args.reason or f"imported from {args.file.name}",
     )
     try:
@@ -68,10 +67,3 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     )
     print(f"imported {len(report.imported)} sent receipt(s), skipped {len(report.skipped)}")
     return 0
-
-
-def _os_user() -> str:
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):
-        return "unknown"

@@ -8,7 +8,6 @@ the receipt's state is refused with exit 1 and changes nothing.
 from __future__ import annotations
 
 import argparse
-import getpass
 import json
 import logging
 import sys
@@ -20,7 +19,16 @@ from receipts.config import load_settings
 from receipts.db import connect
 from receipts.logs import configure_logging, log_fields
 from receipts.operator import iso
-from receipts.review import Decider, Refused, dismiss, list_review, resend, resolve, retry
+from receipts.review import (
+    Decider,
+    Refused,
+    dismiss,
+    list_review,
+    operator_name,
+    resend,
+    resolve,
+    retry,
+)
 
 log = logging.getLogger("receipts.review")
 
@@ -81,7 +89,7 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     if problem:
         print(f"receipts review {args.action}: {problem}", file=sys.stderr)
         return 1
-    decider = Decider(performed_by=args.by or _os_user(environ), reason=args.reason.strip())
+    decider = Decider(performed_by=args.by or operator_name(environ), reason=args.reason.strip())
     try:
         with connect(settings.database_url) as conn, conn.transaction():
             message = _decide(conn, args, decider)
@@ -123,16 +131,6 @@ def _decide(conn: Any, args: argparse.Namespace, decider: Decider) -> str:
         return f"{key}: resend queued as {new_key}"
     dismiss(conn, key, decider)
     return f"{key}: dismissed, no email will be sent"
-
-
-def _os_user(environ: Mapping[str, str]) -> str:
-    for name in ("RECEIPTS_OPERATOR", "USER", "LOGNAME"):
-        if environ.get(name):
-            return environ[name]
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):
-        return "unknown"
 
 
 def _print_list(rows: list[dict[str, Any]], *, as_json: bool) -> None:

@@ -241,9 +241,11 @@ class _Worker:
         self.worker_id = worker_id
         self.summary = WorkerSummary()
         self.limiter = RateLimiter(settings.send_rate)
+        self.recorder_count = max(2, concurrency // 4)
+        self.recorders: ThreadPoolExecutor
         self.database = Database(
             settings.database_url,
-            max_size=concurrency + 1,
+            max_size=concurrency + self.recorder_count + 1,
             timeout=settings.database_timeout,
         )
         self.send_budget = settings.provider_connect_timeout + settings.provider_timeout
@@ -268,7 +270,12 @@ class _Worker:
             loop=self.loop,
         )
         try:
-            with ThreadPoolExecutor(self.concurrency, thread_name_prefix="send") as senders:
+            # Senders shut down first (last in, first out), then the recorders.
+            with (
+                ThreadPoolExecutor(self.recorder_count, thread_name_prefix="record") as recorders,
+                ThreadPoolExecutor(self.concurrency, thread_name_prefix="send") as senders,
+            ):
+                self.recorders = recorders
                 self._dispatch(senders, deadline)
         finally:
             self.finished.set()
@@ -383,6 +390,8 @@ class _Worker:
     # --- one attempt, on a sender thread ------------------------------------------
 
     def _attempt(self, row: outbox.ClaimedRow, claimed_at: float) -> None:
+        """Send one row; its answer is recorded on a recorder thread, freeing this slot."""
+        handed_off = False
         try:
             send_by = claimed_at + self._send_window()
             if self.halt.is_set() or not self.limiter.acquire(send_by, self.halt):
@@ -390,15 +399,27 @@ class _Worker:
                 return
             answer = self.provider.send(row.message_key, row.payload)
             self._react_to_limits(answer)
-            self._record(row, self._result_for(row, answer))
+            self.recorders.submit(self._finish, row, self._result_for(row, answer))
+            handed_off = True
         except Exception:
             # The lease expires and another run retries with the same key.
             log.exception("attempt failed unexpectedly: key=%s", row.message_key)
             self.summary.count("unrecorded")
         finally:
-            with self._held_lock:
-                self._held -= 1
-            self.wake.set()
+            if not handed_off:
+                self._let_go()
+
+    def _finish(self, row: outbox.ClaimedRow, result: outbox.AttemptResult) -> None:
+        try:
+            self._record(row, result)
+        finally:
+            self._let_go()
+
+    def _let_go(self) -> None:
+        """One row fewer in hand (sent and recorded, or released)."""
+        with self._held_lock:
+            self._held -= 1
+        self.wake.set()
 
     def _react_to_limits(self, answer: ProviderAnswer) -> None:
         if answer.http_status == 429:

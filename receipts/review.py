@@ -116,15 +116,27 @@ def resolve(
 
 
 def retry(
-    conn: Connection, key: str, decider: Decider, *, accept_duplicate_risk: bool = False
+    conn: Connection,
+    key: str,
+    decider: Decider,
+    *,
+    retry_cutoff_hours: float,
+    accept_duplicate_risk: bool = False,
 ) -> datetime | None:
     """Back to ``pending`` with a fresh retry window; return when that window started.
 
-    Refused when an earlier attempt may have reached the provider and is older
-    than the provider's idempotency window (a retry could send a second email),
-    unless the person accepts that risk. When such an attempt is recent, the
-    window keeps counting from it, so the worker stops before the provider
-    forgets the key.
+    An earlier attempt that may have reached the provider (the worker died
+    mid-send, a timeout, a 2xx without an id) decides how:
+
+    * none: a fresh window (``first_attempt_at`` NULL);
+    * a recent one: the window keeps counting from it, so the worker stops
+      retrying before the provider forgets the key; refused when that cutoff
+      has already passed (the worker would not send it);
+    * one older than the provider's idempotency window: refused, since a
+      retry could send a second email.
+
+    ``accept_duplicate_risk`` is the person saying they checked the provider's
+    logs: a fresh window whatever the attempts say.
     """
     row = _lock_review_row(conn, key, "retried")
     if row["payload"] is None:
@@ -132,20 +144,8 @@ def retry(
             f"{key} has no frozen email ({row['review_reason']}): there is nothing to send. "
             "Dismiss it, or resolve it if it was sent some other way."
         )
-    uncertain = [a for a in _attempts(conn, key) if may_have_been_accepted(a)]
-    stale = [a for a in uncertain if a["beyond_key_window"]]
-    if stale and not accept_duplicate_risk:
-        first = stale[0]
-        raise Refused(
-            f"attempt #{first['attempt']} of {key} at {first['started_at']:%Y-%m-%d %H:%M} UTC "
-            f"may have reached the provider, which forgets its idempotency key after "
-            f"{PROVIDER_KEY_RETENTION_HOURS:g} h: a retry could send a second email. "
-            "Look the key up in the provider's logs: if it was sent, use "
-            "`receipts review resolve KEY --provider-id ID`; if it was not, rerun with "
-            "--accept-duplicate-risk."
-        )
-    recent = [a["started_at"] for a in uncertain if not a["beyond_key_window"]]
-    window_start = min(recent) if recent else None
+    uncertain = [a for a in _attempts(conn, key, retry_cutoff_hours) if may_have_been_accepted(a)]
+    window_start = None if accept_duplicate_risk else _retry_window_start(key, uncertain)
     conn.execute(
         """UPDATE email_outbox
            SET status = 'pending', review_reason = NULL, attempts = 0, first_attempt_at = %s,
@@ -162,11 +162,36 @@ def retry(
         {
             "previous_reason": row["review_reason"],
             "previous_attempts": row["attempts"],
-            "accepted_duplicate_risk": bool(stale),
+            "accepted_duplicate_risk": bool(accept_duplicate_risk and uncertain),
             "window_starts_at": window_start.isoformat() if window_start else None,
         },
     )
     return window_start
+
+
+def _retry_window_start(key: str, uncertain: list[dict[str, Any]]) -> datetime | None:
+    """Where the new retry window starts, or Refused when no safe window is left."""
+    if not uncertain:
+        return None
+    first = uncertain[0]
+    when = f"attempt #{first['attempt']} of {key} at {first['started_at']:%Y-%m-%d %H:%M} UTC"
+    advice = (
+        "Look the key up in the provider's logs: if it was sent, use "
+        "`receipts review resolve KEY --provider-id ID`; if it was not, rerun with "
+        "--accept-duplicate-risk."
+    )
+    if first["beyond_key_window"]:
+        raise Refused(
+            f"{when} may have reached the provider, which forgets its idempotency key after "
+            f"{PROVIDER_KEY_RETENTION_HOURS:g} h: a retry could send a second email. {advice}"
+        )
+    if first["past_cutoff"]:
+        raise Refused(
+            f"{when} may have reached the provider, and the retry cutoff counted from it has "
+            f"passed: the worker would not send it before the provider forgets the key. {advice}"
+        )
+    started: datetime = first["started_at"]
+    return started
 
 
 def resend(conn: Connection, key: str, decider: Decider, *, to: str | None = None) -> str:
@@ -245,12 +270,15 @@ def _lock_review_row(conn: Connection, key: str, verb: str) -> dict[str, Any]:
     return row
 
 
-def _attempts(conn: Connection, key: str) -> list[dict[str, Any]]:
+def _attempts(conn: Connection, key: str, cutoff_hours: float) -> list[dict[str, Any]]:
+    """Attempts oldest first, with whether the provider may have forgotten their key
+    and whether the retry cutoff counted from them has passed."""
     return conn.execute(
         """SELECT attempt, started_at, finished_at, http_status, outcome,
-                  started_at < now() - make_interval(secs => %s) AS beyond_key_window
-           FROM email_attempts WHERE message_key = %s ORDER BY id""",
-        (PROVIDER_KEY_RETENTION_HOURS * 3600, key),
+                  started_at < now() - make_interval(secs => %s) AS beyond_key_window,
+                  started_at < now() - make_interval(secs => %s) AS past_cutoff
+           FROM email_attempts WHERE message_key = %s ORDER BY started_at, id""",
+        (PROVIDER_KEY_RETENTION_HOURS * 3600, cutoff_hours * 3600, key),
     ).fetchall()
 
 

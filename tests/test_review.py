@@ -208,6 +208,31 @@ def test_retry_after_a_recent_timeout_keeps_counting_from_it(
     assert after["status"] == "pending" and after["first_attempt_at"] == attempts["first"]
 
 
+def test_retry_refuses_when_the_cutoff_from_an_uncertain_attempt_has_passed(
+    operator_env: dict[str, str], db: Db, capsys: Any
+) -> None:
+    """A timeout 23.5 h ago: the worker stops retrying 23 h after it and the provider
+    forgets the key at 24 h, so no safe retry is left. Refused; accepting the risk
+    gives a fresh window."""
+    key = insert_row(
+        db, "in_1Late", status="review", review_reason="retry_window_elapsed", attempts=4,
+        first_attempt_ago=timedelta(hours=23, minutes=30),
+    )  # fmt: skip
+    insert_attempt(db, key, started_ago=timedelta(hours=23, minutes=30), http_status=None,
+                   outcome="retry")  # fmt: skip
+    before = row(db, key)
+    assert review(operator_env, "retry", key, "--reason", "try again") == 1
+    assert "the retry cutoff counted from it has passed" in capsys.readouterr().err
+    assert unchanged(db, key, before)
+    assert (
+        review(
+            operator_env, "retry", key, "--accept-duplicate-risk", "--reason", "not in Resend logs"
+        )
+        == 0
+    )
+    assert row(db, key)["first_attempt_at"] is None
+
+
 def test_retry_refuses_a_receipt_without_an_email(
     operator_env: dict[str, str], db: Db, capsys: Any
 ) -> None:

@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from receipts.config import load_settings
-from receipts.db import connect
+from receipts.db import Connection, connect
 from receipts.logs import configure_logging, log_fields
 from receipts.operator import iso
 from receipts.review import (
@@ -49,7 +49,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     again.add_argument(
         "--accept-duplicate-risk",
         action="store_true",
-        help="retry even though an old attempt may have reached the provider",
+        help="you checked the provider's logs: retry with a fresh window even though an "
+        "earlier attempt may have reached the provider",
     )
     copy = _decision(actions, "resend", "send a deliberate second email under a new key")
     copy.add_argument("--to", help="send the copy to this address instead")
@@ -92,7 +93,7 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     decider = Decider(performed_by=args.by or operator_name(environ), reason=args.reason.strip())
     try:
         with connect(settings.database_url) as conn, conn.transaction():
-            message = _decide(conn, args, decider)
+            message = _decide(conn, args, decider, settings.retry_cutoff_hours)
     except Refused as refused:
         print(f"receipts review {args.action}: refused: {refused}", file=sys.stderr)
         print("nothing was changed", file=sys.stderr)
@@ -115,13 +116,21 @@ def _check_decision_arguments(args: argparse.Namespace) -> str | None:
     return None
 
 
-def _decide(conn: Any, args: argparse.Namespace, decider: Decider) -> str:
+def _decide(
+    conn: Connection, args: argparse.Namespace, decider: Decider, retry_cutoff_hours: float
+) -> str:
     key = args.key
     if args.action == "resolve":
         resolve(conn, key, decider, provider_id=args.provider_id.strip(), sent_at=args.sent_at)
         return f"{key}: marked sent (provider id {args.provider_id.strip()})"
     if args.action == "retry":
-        window = retry(conn, key, decider, accept_duplicate_risk=args.accept_duplicate_risk)
+        window = retry(
+            conn,
+            key,
+            decider,
+            retry_cutoff_hours=retry_cutoff_hours,
+            accept_duplicate_risk=args.accept_duplicate_risk,
+        )
         note = (
             f"; retry window counts from the uncertain attempt at {iso(window)}" if window else ""
         )

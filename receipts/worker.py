@@ -100,7 +100,7 @@ class WorkerSummary:
         return (
             f"sent={self.sent} retried={self.retried} review={self.review} "
             f"lease_lost={self.lease_lost} released={self.released} "
-            f"unrecorded={self.unrecorded} seconds={self.seconds:.1f}"
+            f"unrecorded={self.unrecorded} seconds={self.seconds:.2f}"
         )
 
 

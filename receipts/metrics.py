@@ -201,6 +201,15 @@ def _status_metrics(status: Status, cutoff_hours: float) -> list[Metric]:
             status.unknown_delivery_events_24h,
         ),
         _gauge("receipts_sent_1h", "Receipts sent in the last hour.", status.sent_last_hour),
+        _labelled(
+            "receipts_delivery_problems_24h",
+            "Sent receipts that bounced or were marked as spam in the last 24 h.",
+            "delivery_status",
+            {
+                kind: sum(1 for p in status.delivery_problems_24h if p["delivery_status"] == kind)
+                for kind in ("bounced", "complained")
+            },
+        ),
     ]
     if status.retry_cutoff_remaining_seconds is not None:
         found.append(

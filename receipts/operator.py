@@ -51,6 +51,7 @@ class Status:
     abandoned_attempts: int
     conflicts_24h: int
     unknown_delivery_events_24h: int
+    delivery_problems_24h: list[dict[str, Any]]  # bounced/complained receipts, newest first
     sent_last_hour: int
     sent_last_day: int
 
@@ -94,6 +95,14 @@ def read_status(conn: Connection, *, retry_cutoff_hours: float) -> Status:
         (retry_cutoff_hours * 3600,),
     )
     recent = _one(conn, _RECENT_ACTIVITY_SQL)
+    problems = conn.execute(
+        """SELECT DISTINCT ON (e.message_key) e.message_key, o.delivery_status,
+                  o.delivery_status_at
+           FROM resend_events e JOIN email_outbox o USING (message_key)
+           WHERE e.received_at > now() - interval '24 hours' AND e.outcome = 'applied'
+             AND o.delivery_status IN ('bounced', 'complained')
+           ORDER BY e.message_key""",
+    ).fetchall()
     return Status(
         counts=counts,
         oldest_pending_age_seconds=ages["oldest_pending"] if ages else None,
@@ -105,6 +114,9 @@ def read_status(conn: Connection, *, retry_cutoff_hours: float) -> Status:
         abandoned_attempts=recent["abandoned"] if recent else 0,
         conflicts_24h=recent["conflicts"] if recent else 0,
         unknown_delivery_events_24h=recent["unknown_deliveries"] if recent else 0,
+        delivery_problems_24h=sorted(
+            problems, key=lambda found: found["delivery_status_at"], reverse=True
+        ),
         sent_last_hour=recent["sent_hour"] if recent else 0,
         sent_last_day=recent["sent_day"] if recent else 0,
     )

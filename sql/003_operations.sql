@@ -30,8 +30,7 @@ CREATE TABLE resend_events (
 
 CREATE INDEX resend_events_message_key ON resend_events (message_key)
     WHERE message_key IS NOT NULL;
-CREATE INDEX resend_events_unknown ON resend_events (received_at)
-    WHERE outcome = 'unknown_email';
+CREATE INDEX resend_events_received_at ON resend_events (received_at);
 
 -- Recent attempts for status and metrics (latency, provider answers, leases
 -- recovered), and recently sent rows, without scanning whole tables.

@@ -176,3 +176,28 @@ def test_database_down_exits_3(capsys: Any) -> None:
     environ = {"DATABASE_URL": "postgresql://postgres@127.0.0.1:1/none"}
     assert main(["status"], environ) == 3
     assert "database unavailable" in capsys.readouterr().err
+
+
+def test_bounced_and_spam_marked_receipts_are_listed(
+    environ: dict[str, str], db: Db, capsys: Any
+) -> None:
+    """A sent receipt that bounced means the customer got none: status names it
+    (information, not a failed health check)."""
+    bounced = insert_row(db, "in_1Bounce", status="sent", provider_id="re_b")
+    insert_row(db, "in_1Fine", status="sent", provider_id="re_f")
+    db.execute(
+        """UPDATE email_outbox SET delivery_status = 'bounced', delivery_status_at = now()
+           WHERE message_key = %s""",
+        (bounced,),
+    )
+    db.execute(
+        """INSERT INTO resend_events (svix_id, event_type, email_id, message_key, outcome)
+           VALUES ('msg_b', 'email.bounced', 're_b', %s, 'applied'),
+                  ('msg_f', 'email.delivered', 're_f', NULL, 'applied')""",
+        (bounced,),
+    )
+    code, document = status_json(environ, capsys)
+    assert code == 0
+    assert [p["message_key"] for p in document["delivery_problems_24h"]] == [bounced]
+    assert main(["status"], environ) == 0
+    assert f"bounced    {bounced}" in capsys.readouterr().out

@@ -57,7 +57,7 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         document["max_pending_age_seconds"] = args.max_pending_age
         document["retry_cutoff_hours"] = settings.retry_cutoff_hours
         document["needs_person"] = problems
-        print(json.dumps(document, indent=2, sort_keys=True))
+        print(json.dumps(document, indent=2, sort_keys=True, default=str))
     else:
         print(render(status, args.max_pending_age, settings.retry_cutoff_hours, problems))
     return 1 if problems else 0
@@ -74,6 +74,21 @@ def needs_person(status: Status, max_pending_age: float) -> list[str]:
             f"(limit {duration(max_pending_age)}): is a worker running?"
         )
     return problems
+
+
+def _delivery_problem_lines(status: Status) -> list[str]:
+    """Sent receipts that did not arrive: the customer got none, nobody else will say so."""
+    problems = status.delivery_problems_24h
+    if not problems:
+        return ["not delivered  none bounced or marked as spam in the last 24 h"]
+    lines = [f"not delivered  {len(problems)} in the last 24 h (receipts show KEY):"]
+    lines += [
+        f"                {problem['delivery_status']:<10} {problem['message_key']}"
+        for problem in problems[:20]
+    ]
+    if len(problems) > 20:
+        lines.append(f"                … and {len(problems) - 20} more (--json lists all)")
+    return lines
 
 
 def render(status: Status, max_pending_age: float, cutoff_hours: float, problems: list[str]) -> str:
@@ -101,6 +116,7 @@ def render(status: Status, max_pending_age: float, cutoff_hours: float, problems
         f"delivery events for unknown emails {status.unknown_delivery_events_24h}"
     )
     lines.append(f"abandoned       {status.abandoned_attempts} attempt(s) not yet recovered")
+    lines += _delivery_problem_lines(status)
     lines.append(
         f"sent            last hour {status.sent_last_hour}, last day {status.sent_last_day}"
     )

@@ -80,8 +80,8 @@ def _delivery_problem_lines(status: Status) -> list[str]:
     """Sent receipts that did not arrive: the customer got none, nobody else will say so."""
     problems = status.delivery_problems_24h
     if not problems:
-        return ["not delivered  none bounced or marked as spam in the last 24 h"]
-    lines = [f"not delivered  {len(problems)} in the last 24 h (receipts show KEY):"]
+        return ["not delivered   none bounced or marked as spam in the last 24 h"]
+    lines = [f"not delivered   {len(problems)} in the last 24 h (receipts show KEY):"]
     lines += [
         f"                {problem['delivery_status']:<10} {problem['message_key']}"
         for problem in problems[:20]

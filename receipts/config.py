@@ -55,6 +55,7 @@ class Settings:
     retry_max_seconds: float = 3600.0
     mail_dir: Path | None = None
     dev_dir: Path | None = None
+    max_pending_age: float = 900.0  # seconds; `receipts status` fails past this
     metrics_enabled: bool = True
     metrics_token: str | None = None
     log_format: str = "text"
@@ -104,6 +105,7 @@ def load_settings(environ: Mapping[str, str], *, required: Iterable[str] = ()) -
         retry_max_seconds=reader.number("RECEIPTS_RETRY_MAX_SECONDS", 3600.0, minimum=0.0),
         mail_dir=reader.path("RECEIPTS_MAIL_DIR"),
         dev_dir=reader.path("RECEIPTS_DEV_DIR"),
+        max_pending_age=reader.number("RECEIPTS_MAX_PENDING_AGE", 900.0, minimum=1.0),
         metrics_enabled=reader.flag("RECEIPTS_METRICS_ENABLED", True),
         metrics_token=reader.text("RECEIPTS_METRICS_TOKEN"),
         log_format=reader.choice("LOG_FORMAT", ("text", "json"), "text"),

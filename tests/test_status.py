@@ -87,6 +87,8 @@ def test_old_ready_pending_row_fails_the_check(
     assert "is a worker running?" in document["needs_person"][0]
     code, _ = status_json(environ, capsys, "--max-pending-age", "30m")
     assert code == 0
+    code, _ = status_json({**environ, "RECEIPTS_MAX_PENDING_AGE": "1800"}, capsys)
+    assert code == 0
 
 
 def test_rows_waiting_for_a_later_retry_are_not_late(

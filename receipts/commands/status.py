@@ -4,7 +4,8 @@ Exit codes, so the command can run as a platform health check:
 
 * 0: nothing needs a person;
 * 1: a receipt is in ``review`` (dismissed ones excepted), or the oldest ready
-  ``pending`` row has waited longer than ``--max-pending-age``;
+  ``pending`` row has waited longer than ``--max-pending-age`` (default
+  ``RECEIPTS_MAX_PENDING_AGE`` seconds, 15 minutes unless set);
 * 2: configuration error; 3: database unavailable.
 """
 
@@ -20,7 +21,6 @@ from receipts.db import connect
 from receipts.logs import configure_logging
 from receipts.operator import Status, duration, read_status
 
-DEFAULT_MAX_PENDING_AGE = 15 * 60
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smh]?)$")
 _UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600}
 
@@ -38,9 +38,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-pending-age",
         type=parse_duration,
-        default=DEFAULT_MAX_PENDING_AGE,
+        default=None,
         metavar="DURATION",
-        help="a ready pending row older than this needs a person (default 15m)",
+        help="a ready pending row older than this needs a person "
+        "(default RECEIPTS_MAX_PENDING_AGE seconds, else 15m)",
     )
 
 
@@ -51,15 +52,18 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     with connect(settings.database_url) as conn, conn.transaction():
         conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
         status = read_status(conn, retry_cutoff_hours=settings.retry_cutoff_hours)
-    problems = needs_person(status, args.max_pending_age)
+    max_pending_age = (
+        settings.max_pending_age if args.max_pending_age is None else args.max_pending_age
+    )
+    problems = needs_person(status, max_pending_age)
     if args.json:
         document = status.as_dict()
-        document["max_pending_age_seconds"] = args.max_pending_age
+        document["max_pending_age_seconds"] = max_pending_age
         document["retry_cutoff_hours"] = settings.retry_cutoff_hours
         document["needs_person"] = problems
         print(json.dumps(document, indent=2, sort_keys=True, default=str))
     else:
-        print(render(status, args.max_pending_age, settings.retry_cutoff_hours, problems))
+        print(render(status, max_pending_age, settings.retry_cutoff_hours, problems))
     return 1 if problems else 0
 
 

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -203,3 +207,15 @@ def test_bounced_and_spam_marked_receipts_are_listed(
     assert [p["message_key"] for p in document["delivery_problems_24h"]] == [bounced]
     assert main(["status"], environ) == 0
     assert f"bounced    {bounced}" in capsys.readouterr().out
+
+
+def test_the_installed_command_is_a_health_check(environ: dict[str, str], db: Db) -> None:
+    """Run as a platform would: the `receipts status` process exits 0, then 1 once a
+    receipt waits for a person."""
+    script = Path(sys.executable).with_name("receipts")
+    env = {**os.environ, **environ}
+    assert subprocess.run([script, "status"], env=env, capture_output=True).returncode == 0
+    insert_row(db, "in_1Proc", status="review", review_reason="validation_error")
+    finished = subprocess.run([script, "status"], env=env, capture_output=True, text=True)
+    assert finished.returncode == 1
+    assert "NEEDS A PERSON" in finished.stdout

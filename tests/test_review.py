@@ -109,6 +109,24 @@ def test_resolve_refuses_a_row_not_in_review(
     assert unchanged(db, key, before)
 
 
+@pytest.mark.parametrize("state", ["pending", "processing", "sent"])
+@pytest.mark.parametrize(
+    "decision",
+    [["resolve", "--provider-id", "re_x"], ["retry"], ["dismiss"]],
+    ids=["resolve", "retry", "dismiss"],
+)
+def test_decisions_apply_only_to_review_rows(
+    operator_env: dict[str, str], db: Db, capsys: Any, state: str, decision: list[str]
+) -> None:
+    """resolve, retry and dismiss on a pending, processing or sent row: refused, exit 1,
+    the row and the action log unchanged."""
+    key = insert_row(db, f"in_1State{state}", status=state, provider_id="re_1")
+    before = row(db, key)
+    assert review(operator_env, decision[0], key, *decision[1:], "--reason", "try") == 1
+    assert f"is {state}, not in review" in capsys.readouterr().err
+    assert unchanged(db, key, before)
+
+
 def test_unknown_key_and_bad_arguments_are_refused(
     operator_env: dict[str, str], capsys: Any
 ) -> None:
@@ -311,11 +329,17 @@ def test_resend_numbers_and_refusals(operator_env: dict[str, str], db: Db, capsy
     )
     assert review(operator_env, "resend", key, "--to", "not-an-address", "--reason", "x") == 1
     assert "is not an email address" in capsys.readouterr().err
+    no_email = insert_row(
+        db, "in_1NoEmail", status="review", review_reason="invalid_customer_email",
+        with_payload=False,
+    )  # fmt: skip
+    assert review(operator_env, "resend", no_email, "--reason", "x") == 1
+    assert "nothing to resend" in capsys.readouterr().err
     pending = insert_row(db, "in_1StillGoing")
     assert review(operator_env, "resend", pending, "--reason", "x") == 1
     assert "still being sent" in capsys.readouterr().err
     count = db.execute("SELECT count(*) AS n FROM email_outbox").fetchone()
-    assert count is not None and count["n"] == 4
+    assert count is not None and count["n"] == 5
 
 
 # --- dismiss ------------------------------------------------------------------

@@ -11,11 +11,21 @@ from typing import Any
 
 import psycopg
 import pytest
+from flask.testing import FlaskClient
 from psycopg.rows import dict_row
 
 from receipts.cli import main
+from receipts.config import load_settings
 from receipts.review import Decider, Refused, dismiss, resolve
+from receipts.web import create_app
+from receipts.worker import provider_from_settings, run_worker
+from tests import stripe_events
+from tests.fake_provider import running_fake_provider
 from tests.outbox_states import Db, actions, insert_attempt, insert_row, row
+from tests.stripe_events import TEST_SECRET, encode, sign
+from tests.test_resend_webhooks import SECRET as RESEND_SECRET
+from tests.test_resend_webhooks import event as resend_event
+from tests.test_resend_webhooks import post as post_resend
 
 
 @pytest.fixture(autouse=True)
@@ -392,3 +402,72 @@ def test_two_people_deciding_at_once_one_wins(database_url: str, db: Db) -> None
     after = row(db, key)
     assert (after["status"], after["review_reason"]) == ("sent", None)
     assert [a["performed_by"] for a in actions(db, key)] == ["alice"]
+
+
+# --- end to end -----------------------------------------------------------------
+
+
+def drain(environ: dict[str, str], provider_url: str) -> None:
+    """One `receipts worker` run (without its signal handlers) against the fake provider."""
+    settings = load_settings(
+        {**environ, "RESEND_API_KEY": "re_ops_test", "RESEND_API_URL": provider_url}
+    )
+    provider = provider_from_settings(settings, concurrency=2)
+    try:
+        summary = run_worker(settings, provider, concurrency=2)
+    finally:
+        provider.close()
+    assert summary.error is None
+
+
+def test_a_rejected_address_is_resent_to_the_right_one_and_delivered(
+    client: FlaskClient, operator_env: dict[str, str], db: Db, capsys: Any
+) -> None:
+    """The whole incident with real parts: Stripe webhook, the worker against a provider
+    that rejects the address (review), `resend --to` and `dismiss`, the worker sending
+    the copy under its own key and tag, and the delivery webhook marking it delivered."""
+    body = encode(stripe_events.event(stripe_events.invoice(id="in_1E2E")))
+    client.post(
+        "/webhooks/stripe", data=body, headers={"Stripe-Signature": sign(body, TEST_SECRET)}
+    )
+    key = "platform/test/in_1E2E/invoice-paid"
+    with running_fake_provider() as fake:
+        fake.script({"status": 422, "name": "validation_error"})
+        drain(operator_env, fake.url)
+        assert (row(db, key)["status"], row(db, key)["review_reason"]) == (
+            "review",
+            "validation_error",
+        )
+        assert main(["status"], operator_env) == 1
+
+        assert (
+            review(operator_env, "resend", key, "--to", "ap@example.org", "--reason", "typo") == 0
+        )
+        assert review(operator_env, "dismiss", key, "--reason", "resent as resend-1") == 0
+        drain(operator_env, fake.url)
+        [delivery] = fake.deliveries()
+
+    copy_key = key + "/resend-1"
+    copy = row(db, copy_key)
+    assert copy["status"] == "sent" and delivery["key"] == copy_key
+    sent = json.loads(delivery["body"])
+    assert sent["to"] == ["ap@example.org"]
+    assert sent["tags"] == [
+        {"name": "message_key", "value": "platform_test_in_1E2E_invoice-paid_resend-1"}
+    ]
+
+    app = create_app(load_settings({**operator_env, "RESEND_WEBHOOK_SECRET": RESEND_SECRET}))
+    try:
+        answer = post_resend(
+            app.test_client(), resend_event("email.delivered", copy["provider_id"])
+        )
+    finally:
+        app.extensions["receipts"].database.close()
+    assert answer.json["outcome"] == "applied"
+    capsys.readouterr()
+    assert main(["status"], operator_env) == 0
+    assert main(["show", "in_1E2E"], operator_env) == 0
+    out = capsys.readouterr().out
+    assert "dismiss by carol: resent as resend-1" in out
+    assert f'resend by carol: typo {{"new_key": "{copy_key}"' in out
+    assert "delivery      delivered" in out

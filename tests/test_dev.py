@@ -107,7 +107,9 @@ def test_dev_turns_a_replayed_storm_into_one_eml_and_stops_cleanly_on_ctrl_c(
 
         mail = state / "mail"
         wait_for(lambda: any(mail.glob("*.eml")), 20, "an .eml file")
-        database = f"postgresql://postgres@/postgres?host={dev_data_dir(state)}"
+        port_line = pid_file.read_text().split("\n")[3]
+        database = f"postgresql://postgres@127.0.0.1:{port_line.strip()}/postgres"
+        assert any(database in line for line in banner)
         with psycopg.connect(database, autocommit=True) as conn:
             rows = conn.execute("SELECT status FROM email_outbox").fetchall()
             deliveries = conn.execute("SELECT deliveries FROM stripe_events").fetchall()

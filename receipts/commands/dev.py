@@ -121,7 +121,7 @@ def _prepare(configured: Settings, state_override: Path | None, cleanup: ExitSta
         cleanup.callback(log_fields, log, "embedded PostgreSQL stopped", data_dir=data_dir)
         cleanup.callback(server.cleanup)
         database_url = server.get_uri("postgres")
-        database_note = f"embedded PostgreSQL (data in {data_dir})"
+        database_note = f"embedded PostgreSQL {database_url} (data in {data_dir})"
     else:
         database_note = "DATABASE_URL"
     applied = migrate(database_url)

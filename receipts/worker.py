@@ -47,6 +47,7 @@ A refunded attempt keeps its log row, so the next claim reuses its number.
 from __future__ import annotations
 
 import logging
+import queue
 import random
 import socket
 import threading
@@ -73,6 +74,9 @@ DEFAULT_RATE_LIMIT_PAUSE = 1.0
 # Never start a send unless it can finish (connect + read timeout) this long
 # before the lease expires.
 LEASE_SAFETY_SECONDS = 1.0
+# Threads writing answers to the database, and the most answers one transaction holds.
+RECORDER_THREADS = 2
+RECORD_BATCH = 64
 
 Counter = Literal["sent", "retried", "review", "lease_lost", "released", "unrecorded"]
 
@@ -241,11 +245,11 @@ class _Worker:
         self.worker_id = worker_id
         self.summary = WorkerSummary()
         self.limiter = RateLimiter(settings.send_rate)
-        self.recorder_count = max(2, concurrency // 4)
-        self.recorders: ThreadPoolExecutor
+        # Answers waiting to be written, taken in batches by the recorder threads.
+        self.answers: queue.SimpleQueue[_Answered | None] = queue.SimpleQueue()
         self.database = Database(
             settings.database_url,
-            max_size=concurrency + self.recorder_count + 1,
+            max_size=RECORDER_THREADS + 2,
             timeout=settings.database_timeout,
         )
         self.send_budget = settings.provider_connect_timeout + settings.provider_timeout
@@ -269,15 +273,20 @@ class _Worker:
             concurrency=self.concurrency,
             loop=self.loop,
         )
+        recorders = [
+            threading.Thread(target=self._record_answers, name=f"record-{n}", daemon=True)
+            for n in range(RECORDER_THREADS)
+        ]
+        for recorder in recorders:
+            recorder.start()
         try:
-            # Senders shut down first (last in, first out), then the recorders.
-            with (
-                ThreadPoolExecutor(self.recorder_count, thread_name_prefix="record") as recorders,
-                ThreadPoolExecutor(self.concurrency, thread_name_prefix="send") as senders,
-            ):
-                self.recorders = recorders
+            with ThreadPoolExecutor(self.concurrency, thread_name_prefix="send") as senders:
                 self._dispatch(senders, deadline)
         finally:
+            for _ in recorders:
+                self.answers.put(None)
+            for recorder in recorders:
+                recorder.join()
             self.finished.set()
             if listener is not None:
                 listener.join(timeout=2.0)
@@ -390,29 +399,19 @@ class _Worker:
     # --- one attempt, on a sender thread ------------------------------------------
 
     def _attempt(self, row: outbox.ClaimedRow, claimed_at: float) -> None:
-        """Send one row; its answer is recorded on a recorder thread, freeing this slot."""
-        handed_off = False
+        """Send one row; a recorder thread writes the answer, so this slot is free at once."""
         try:
             send_by = claimed_at + self._send_window()
             if self.halt.is_set() or not self.limiter.acquire(send_by, self.halt):
-                self._record(row, _RELEASED)
+                self.answers.put((row, _RELEASED))
                 return
             answer = self.provider.send(row.message_key, row.payload)
             self._react_to_limits(answer)
-            self.recorders.submit(self._finish, row, self._result_for(row, answer))
-            handed_off = True
+            self.answers.put((row, self._result_for(row, answer)))
         except Exception:
             # The lease expires and another run retries with the same key.
             log.exception("attempt failed unexpectedly: key=%s", row.message_key)
             self.summary.count("unrecorded")
-        finally:
-            if not handed_off:
-                self._let_go()
-
-    def _finish(self, row: outbox.ClaimedRow, result: outbox.AttemptResult) -> None:
-        try:
-            self._record(row, result)
-        finally:
             self._let_go()
 
     def _let_go(self) -> None:
@@ -458,21 +457,48 @@ class _Worker:
         )
         return replace(answered, retry_in_seconds=delay)
 
-    def _record(self, row: outbox.ClaimedRow, result: outbox.AttemptResult) -> None:
+    # --- recording answers, on a recorder thread ----------------------------------
+
+    def _record_answers(self) -> None:
+        """Write answers in batches, one transaction (one WAL flush) per batch."""
+        while True:
+            first = self.answers.get()
+            if first is None:
+                return
+            batch = [first]
+            while len(batch) < RECORD_BATCH:
+                try:
+                    more = self.answers.get_nowait()
+                except queue.Empty:
+                    break
+                if more is None:
+                    self.answers.put(None)  # leave the stop marker for this thread's next get
+                    break
+                batch.append(more)
+            self._record_batch(batch)
+
+    def _record_batch(self, batch: list[_Answered]) -> None:
         try:
-            with self.database.transaction() as conn:
-                held = outbox.record_attempt(conn, row, result)
-        except (DatabaseUnavailable, psycopg.Error) as exc:
-            self.summary.count("unrecorded")
-            log_fields(
-                log,
-                "could not record attempt; the lease will expire and it is retried",
-                logging.ERROR,
-                key=row.message_key,
-                outcome=result.outcome,
-                error=str(exc),
-            )
-            return
+            try:
+                with self.database.transaction() as conn:
+                    held = [outbox.record_attempt(conn, row, result) for row, result in batch]
+            except (DatabaseUnavailable, psycopg.Error) as exc:
+                self.summary.count("unrecorded", len(batch))
+                log_fields(
+                    log,
+                    "could not record attempts; their leases will expire and they are retried",
+                    logging.ERROR,
+                    keys=",".join(row.message_key for row, _ in batch),
+                    error=str(exc).strip().splitlines()[0] if str(exc) else type(exc).__name__,
+                )
+                return
+            for (row, result), still_held in zip(batch, held, strict=True):
+                self._report(row, result, still_held)
+        finally:
+            for _ in batch:
+                self._let_go()
+
+    def _report(self, row: outbox.ClaimedRow, result: outbox.AttemptResult, held: bool) -> None:
         if not held:
             self.summary.count("lease_lost")
             log_fields(
@@ -535,6 +561,8 @@ _COUNTERS: dict[str, Counter] = {
     "released": "released",
 }
 
+
+_Answered = tuple[outbox.ClaimedRow, outbox.AttemptResult]
 
 # Claimed but not sent (shutdown, or no send slot before the lease would end).
 _RELEASED = outbox.AttemptResult(status="pending", outcome="released", refund_attempt=True)

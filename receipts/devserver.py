@@ -10,7 +10,6 @@ not in the folder itself).
 
 from __future__ import annotations
 
-import hashlib
 import os
 import secrets
 from pathlib import Path
@@ -20,6 +19,7 @@ from receipts.embedded import default_data_dir
 
 DEFAULT_STATE_DIR = Path(".receipts")
 SECRET_FILE = "stripe-webhook-secret"
+DATABASE_ID_FILE = "database-id"
 DEV_EMAIL_FROM = "Receipts (dev) <receipts-dev@example.com>"
 DEV_WEBHOOK_URL = "http://127.0.0.1:8000/webhooks/stripe"
 
@@ -52,6 +52,18 @@ def ensure_dev_secret(folder: Path) -> tuple[str, bool]:
 
 
 def dev_data_dir(folder: Path) -> Path:
-    """The embedded database's data directory for one dev state folder."""
-    digest = hashlib.sha256(str(folder.resolve()).encode()).hexdigest()[:12]
-    return default_data_dir(f"dev-{digest}")
+    """The embedded database's data directory for one dev state folder.
+
+    Named by an id kept in the folder, so deleting the folder starts a fresh
+    database too, as a developer resetting their setup expects.
+    """
+    id_file = folder / DATABASE_ID_FILE
+    try:
+        database_id = id_file.read_text().strip()
+    except FileNotFoundError:
+        database_id = ""
+    if not database_id:
+        folder.mkdir(parents=True, exist_ok=True)
+        database_id = secrets.token_hex(6)
+        id_file.write_text(database_id + "\n")
+    return default_data_dir(f"dev-{database_id}")

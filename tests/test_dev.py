@@ -142,7 +142,7 @@ def test_port_in_use_is_refused_before_anything_starts(tmp_path: Path) -> None:
         )
     assert result.returncode == 1
     assert f"cannot listen on 127.0.0.1:{port}" in result.stderr
-    assert not dev_data_dir(tmp_path).exists()
+    assert list(tmp_path.iterdir()) == [], "nothing may be created when the port is taken"
 
 
 def test_configured_secret_and_dev_secret_are_both_accepted_and_sigterm_stops(
@@ -173,3 +173,13 @@ def test_configured_secret_and_dev_secret_are_both_accepted_and_sigterm_stops(
     with psycopg.connect(database_url) as conn:
         [(deliveries,)] = conn.execute("SELECT deliveries FROM stripe_events").fetchall()
     assert deliveries == 2
+
+
+def test_the_dev_database_belongs_to_its_state_folder(tmp_path: Path) -> None:
+    """The same folder keeps its database; deleting the folder means a fresh one."""
+    folder = tmp_path / "state"
+    first = dev_data_dir(folder)
+    assert dev_data_dir(folder) == first
+    assert dev_data_dir(tmp_path / "other") != first
+    shutil.rmtree(folder)
+    assert dev_data_dir(folder) != first

@@ -41,7 +41,13 @@ from prometheus_client.registry import Collector
 from receipts.config import Settings
 from receipts.db import Database, DatabaseUnavailable
 from receipts.logs import log_fields
-from receipts.operator import ProviderActivity, Status, read_provider_activity, read_status
+from receipts.operator import (
+    NO_JIT,
+    ProviderActivity,
+    Status,
+    read_provider_activity,
+    read_status,
+)
 
 log = logging.getLogger("receipts.metrics")
 
@@ -131,6 +137,7 @@ class OutboxCollector(Collector):
         try:
             with self._database.transaction() as conn:
                 conn.execute(f"SET LOCAL statement_timeout = {_STATEMENT_TIMEOUT_MS}")
+                conn.execute(NO_JIT)
                 status = read_status(conn, retry_cutoff_hours=self._cutoff_hours)
                 activity = read_provider_activity(conn, window_seconds=PROVIDER_WINDOW_SECONDS)
         except (DatabaseUnavailable, psycopg.Error) as exc:

@@ -35,4 +35,7 @@ CREATE INDEX resend_events_received_at ON resend_events (received_at);
 -- Recent attempts for status and metrics (latency, provider answers, leases
 -- recovered), and recently sent rows, without scanning whole tables.
 CREATE INDEX email_attempts_started_at ON email_attempts (started_at);
+-- Attempts still in flight or abandoned (worker died): few, looked up often.
+CREATE INDEX email_attempts_unfinished ON email_attempts (started_at)
+    WHERE outcome IS NULL AND finished_at IS NULL;
 CREATE INDEX email_outbox_sent_at ON email_outbox (sent_at) WHERE status = 'sent';

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from receipts.config import load_settings
 from receipts.db import connect
 from receipts.logs import configure_logging
-from receipts.operator import Status, duration, read_status
+from receipts.operator import NO_JIT, Status, duration, read_status
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smh]?)$")
 _UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600}
@@ -51,6 +51,7 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     assert settings.database_url is not None
     with connect(settings.database_url) as conn, conn.transaction():
         conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        conn.execute(NO_JIT)
         status = read_status(conn, retry_cutoff_hours=settings.retry_cutoff_hours)
     max_pending_age = (
         settings.max_pending_age if args.max_pending_age is None else args.max_pending_age

@@ -1,9 +1,15 @@
-"""The database side of the outbox: every SQL statement ingest runs.
+"""The database side of the outbox: every SQL statement ingest and the worker run.
 
 Ingest is one transaction per delivery. The outbox row is inserted with
 ``ON CONFLICT (message_key) DO NOTHING`` so concurrent deliveries, redeliveries
 and different events about the same invoice all collapse onto one row; the
 event row counts deliveries and records what each event meant.
+
+Delivery is two short transactions per attempt with no transaction open
+during the send: :func:`claim_ready` leases rows (``FOR UPDATE SKIP LOCKED``,
+a fresh lease token, ``attempts + 1``, an in-flight ``email_attempts`` row),
+and :func:`record_attempt` stores the provider's answer only where the lease
+token still matches.
 """
 
 from __future__ import annotations

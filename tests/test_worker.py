@@ -205,6 +205,18 @@ def test_retry_after_is_honoured(
     assert outbox_row(db, key)["status"] == "pending"
 
 
+def test_a_429_pauses_every_send_of_the_worker_for_retry_after(
+    db: DB, fake: FakeProviderClient, worker_settings: Settings
+) -> None:
+    """The other rows are not sent until the provider's Retry-After has passed."""
+    insert_pending(db, 4)
+    fake.script({"status": 429, "headers": {"Retry-After": "1"}})
+    started = time.monotonic()
+    summary = work(worker_settings, concurrency=1)
+    assert (summary.retried, summary.sent) == (1, 3)
+    assert time.monotonic() - started >= 1.0
+
+
 def test_a_retried_row_is_sent_by_a_later_run(
     db: DB, fake: FakeProviderClient, worker_settings: Settings
 ) -> None:

@@ -131,6 +131,7 @@ def test_a_worker_killed_after_the_provider_accepted_is_replayed_without_a_secon
 def test_loop_worker_sends_new_rows_and_exits_0_on_sigterm(
     db: DB, database_url: str, fake: FakeProviderClient
 ) -> None:
+    """The row is inserted without a NOTIFY: the polling fallback finds it."""
     env = worker_env(database_url, fake)
     worker = start_worker(env, "--loop", "--poll-seconds", "0.2")
     try:

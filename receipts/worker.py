@@ -4,11 +4,12 @@ One dispatcher thread claims rows (``FOR UPDATE SKIP LOCKED``, a fresh lease
 token per row, committed before any network call) in batches, keeping at most
 ``concurrency`` rows waiting behind the ones being sent: the sender slots stay
 busy, and no row waits long enough for its lease to run out (one that would
-is released unsent). ``concurrency`` sender threads share one keep-alive HTTP session, a send
-rate cap (``RECEIPTS_SEND_RATE``), and a pause that a 429 or an exhausted
-rate-limit window sets for all of them. Every outcome is written with
-``WHERE lease_token = …``: a worker that lost its lease writes nothing to the
-row and counts the loss.
+is released unsent). ``concurrency`` sender threads share one keep-alive HTTP
+session, a send rate cap (``RECEIPTS_SEND_RATE``), and a pause that a 429 or
+an exhausted rate-limit window sets for all of them. A sender hands each
+answer to two recorder threads, which write whatever answers are waiting in
+one transaction, each with ``WHERE lease_token = …``: a worker that lost its
+lease writes nothing to the row and counts the loss.
 
 What each provider answer does to the row (see DESIGN.md, "Outbox states"):
 

@@ -152,30 +152,38 @@ def test_worker_killed_while_the_provider_holds_the_request_is_answered_409_then
     direct_environ: dict[str, str],
 ) -> None:
     """SIGKILL while the provider is still working on the request (it goes on
-    and delivers). A new worker that retries at once meets 409 "request with
-    this key in progress" and backs off; the retry after that gets the first
-    answer replayed. One delivery."""
+    and delivers). A looping worker that takes the row over at once meets 409
+    "request with this key in progress" and backs off; a later retry gets the
+    first answer replayed. One delivery."""
     [key] = insert_pending(db, 1, prefix="in_1Held")
-    fake_provider.script({"delay": 1.0})
-    worker = start_worker(direct_environ)
+    fake_provider.script({"delay": 2.0})
+    first = start_worker(direct_environ)
     wait_for(lambda: fake_provider.stats()["in_flight"] == 1)
-    worker.send_signal(signal.SIGKILL)
-    worker.wait(timeout=10)
-
-    age_leases(db)
-    run_worker(direct_environ)
-    assert [(a["outcome"], a["http_status"]) for a in attempt_log(db, key)] == [
-        (None, None),
-        ("retry", 409),
-    ]
-    assert statuses(db) == {"pending": 1}
-
-    wait_for(lambda: fake_provider.stats()["in_flight"] == 0)
-    db.execute("UPDATE email_outbox SET available_at = now()")
-    run_worker(direct_environ)
+    second = start_worker(direct_environ, "--loop", "--poll-seconds", "0.2")
+    try:
+        wait_for(lambda: listening_workers(db) == 1)
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=10)
+        assert fake_provider.stats()["in_flight"] == 1
+        age_leases(db)
+        wait_for(lambda: statuses(db) == {"sent": 1})
+    finally:
+        second.send_signal(signal.SIGTERM)
+    code, _, err = finish(second)
+    assert code == 0, err
+    log = [(a["outcome"], a["http_status"]) for a in attempt_log(db, key)]
+    assert log[0] == (None, None) and log[-1] == ("sent", 200)
+    assert ("retry", 409) in log[1:-1]
     assert fake_provider.stats()["replays"] == 1
-    assert [a["outcome"] for a in attempt_log(db, key)] == [None, "retry", "sent"]
     assert_nothing_lost_nothing_doubled(db, fake_provider, [key])
+
+
+def listening_workers(db: Db) -> int:
+    row = db.execute(
+        "SELECT count(*) AS n FROM pg_stat_activity"
+        " WHERE query LIKE 'LISTEN%%' AND datname = current_database()"
+    ).fetchone()
+    return row["n"] if row else 0
 
 
 @pytest.mark.parametrize("idempotent", [True, False], ids=["idempotent", "no-idempotency"])

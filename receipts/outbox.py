@@ -80,10 +80,9 @@ def _insert_outbox_row(
         ),
     ).fetchone()
     if inserted is not None:
-        if is_job:
-            conn.execute("SELECT pg_notify(%s, '')", (NOTIFY_CHANNEL,))
-            return "queued"
-        return "review"
+        # No NOTIFY here: it would serialize every commit (see receipts.wakeup);
+        # the caller wakes the workers after the commit.
+        return "queued" if is_job else "review"
     existing = conn.execute(
         "SELECT fingerprint FROM email_outbox WHERE message_key = %s", (decision.message_key,)
     ).fetchone()

@@ -13,9 +13,10 @@ from receipts import delivery_webhooks, metrics
 from receipts.config import WEB_REQUIRES, Settings, load_settings
 from receipts.db import Database, DatabaseUnavailable
 from receipts.logs import log_fields
-from receipts.outbox import IngestResult, ingest
+from receipts.outbox import NOTIFY_CHANNEL, IngestResult, ingest
 from receipts.receipt import MalformedEvent, derive_receipt
 from receipts.rendering import Renderer
+from receipts.wakeup import WakeUp
 from receipts.webhook import RejectedDelivery, decode_event, verify_signature
 
 log = logging.getLogger("receipts.web")
@@ -31,6 +32,7 @@ class Services:
         self.settings = settings
         self.database = database
         self.renderer = Renderer(locale=settings.locale, template_dir=settings.template_dir)
+        self.wake_up = WakeUp(database.url, NOTIFY_CHANNEL)
 
 
 def create_app(
@@ -114,6 +116,8 @@ def _handle_stripe_event(started: float) -> tuple[Response, int, str, str]:
     try:
         with svc.database.transaction() as conn:
             result = ingest(conn, header, decision)
+        if result.outcome == "queued":
+            svc.wake_up.poke()
     except DatabaseUnavailable as exc:
         log_fields(
             log,

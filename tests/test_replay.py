@@ -194,9 +194,11 @@ def test_unreachable_server_exits_non_zero(capsys: Any) -> None:
     assert "no answer" in out and "is `receipts dev` running?" in out
 
 
-@pytest.mark.parametrize("option", [["--times", "0"], ["--concurrent", "many"]])
-def test_bad_counts_are_refused(option: list[str], capsys: Any) -> None:
-    """--times and --concurrent take positive whole numbers; argparse exits 2."""
+@pytest.mark.parametrize(
+    "option", [["--times", "0"], ["--concurrent", "many"], ["--url", "localhost:8000/webhooks"]]
+)
+def test_bad_options_are_refused(option: list[str], capsys: Any) -> None:
+    """--times and --concurrent take positive whole numbers, --url an http(s) URL; exit 2."""
     with pytest.raises(SystemExit) as exited:
         main(["replay", str(EXAMPLES / "invoice_paid.json"), *option])
     assert exited.value.code == 2

@@ -22,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import requests
 
@@ -59,7 +60,10 @@ class Delivery:
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("event", metavar="FILE", help="a saved Stripe event (JSON), or - for stdin")
     parser.add_argument(
-        "--url", default=DEV_WEBHOOK_URL, help=f"webhook endpoint (default: {DEV_WEBHOOK_URL})"
+        "--url",
+        type=_http_url,
+        default=DEV_WEBHOOK_URL,
+        help=f"webhook endpoint (default: {DEV_WEBHOOK_URL})",
     )
     parser.add_argument(
         "--times", type=_bounded(1, MAX_TIMES), default=1, help="deliveries to make (default: 1)"
@@ -182,6 +186,13 @@ def print_summary(event: SavedEvent, url: str, deliveries: list[Delivery]) -> No
         print(f"  {count:>5} x {status if status is not None else '---'} {outcome}")
     if all(delivery.status is None for delivery in deliveries):
         print(f"  nothing answered at {url}: is `receipts dev` running?")
+
+
+def _http_url(raw: str) -> str:
+    parts = urlsplit(raw)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise argparse.ArgumentTypeError(f"not an http(s) URL: {raw!r}")
+    return raw
 
 
 def _bounded(low: int, high: int) -> Any:

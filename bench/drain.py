@@ -1,63 +1,131 @@
-"""How fast one ``receipts worker`` drains the outbox, against the latency bound.
+"""How fast ``receipts worker`` drains the outbox, against the latency bound and a baseline.
 
 Run by hand (not part of the tests)::
 
     DATABASE_URL=postgresql://postgres@127.0.0.1:5432/postgres \\
-        .venv/bin/python -m bench.drain [--rows 2000] [--concurrency 8] [--latency 0 0.05]
+        .venv/bin/python -m bench.drain [--rows 20000] [--concurrency 8 64] \\
+        [--latency 0 0.05] [--max-seconds 30]
 
-For each provider latency it creates a throwaway database, fills it with
-pending rows, starts the fake provider in another process, runs
-``receipts worker`` as a process and prints rows/second drained (from the
-worker's own summary, so interpreter start-up is not counted), and the ratio
-against the latency bound ``concurrency / latency``.
+For each provider latency and each ``--concurrency`` it creates a throwaway
+database, fills it with pending rows, starts the fake provider in another
+process, runs ``receipts worker`` as a process and prints rows/second drained
+(from the worker's own summary, so interpreter start-up is not counted), the
+ratio against the latency bound ``concurrency / latency`` and the worker's
+peak RSS. In the same run it drains the same rows with the source articles'
+loop (bench/article_worker.py: claim, send and mark one row per transaction)
+and prints our rate against it. ``--max-seconds`` caps each run (the rate is
+then measured on the rows sent so far).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import subprocess
 import sys
-import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg
 
-from receipts.embedded import with_database
-from receipts.migrations import migrate
+from bench.common import machine, server_url_or_exit, throwaway_database
 
 ROOT = Path(__file__).resolve().parent.parent
 API_KEY = "re_bench"
 
 
+@dataclass(frozen=True)
+class Drained:
+    sent: int
+    seconds: float
+    peak_rss_mb: float
+
+    @property
+    def rate(self) -> float:
+        return self.sent / self.seconds if self.seconds else 0.0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=2000)
-    parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--rows", type=int, default=20000)
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[8, 64])
     parser.add_argument("--latency", type=float, nargs="+", default=[0.0, 0.05])
+    parser.add_argument("--max-seconds", type=float, default=30.0)
+    parser.add_argument("--no-baseline", action="store_true")
     args = parser.parse_args()
-    server_url = os.environ.get("DATABASE_URL")
-    if not server_url:
-        print("bench/drain.py: set DATABASE_URL to a PostgreSQL server", file=sys.stderr)
-        return 2
-    print(f"rows={args.rows} concurrency={args.concurrency}")
+    server_url = server_url_or_exit()
+    print(f"machine: {machine()}")
+    print(f"rows={args.rows} max-seconds={args.max_seconds}")
     for latency in args.latency:
-        seconds, sent = drain_once(server_url, args.rows, args.concurrency, latency)
-        rate = sent / seconds
-        line = f"latency={latency * 1000:.0f}ms sent={sent} seconds={seconds:.2f} rows/s={rate:.0f}"
-        if latency > 0:
-            bound = args.concurrency / latency
-            line += f" bound={bound:.0f}/s ratio={rate / bound:.2f}"
-        print(line, flush=True)
+        baseline = None
+        if not args.no_baseline:
+            baseline = drain_once(server_url, args, latency, concurrency=None)
+            print(f"latency={latency * 1000:3.0f}ms baseline (1 row/transaction): {line(baseline)}")
+        for concurrency in args.concurrency:
+            ours = drain_once(server_url, args, latency, concurrency)
+            text = f"latency={latency * 1000:3.0f}ms receipts worker --concurrency {concurrency}: "
+            text += line(ours)
+            if latency > 0:
+                bound = concurrency / latency
+                text += f"  bound {bound:.0f}/s, ratio {ours.rate / bound:.2f} (goal >= 0.9)"
+            if baseline is not None and baseline.rate:
+                text += f"  vs baseline {ours.rate / baseline.rate:.1f}x"
+                if latency == 0:
+                    text += " (goal >= 3x)"
+            print(text, flush=True)
     return 0
 
 
-def drain_once(server_url: str, rows: int, concurrency: int, latency: float) -> tuple[float, int]:
-    name = f"receipts_bench_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(server_url, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    url = with_database(server_url, name)
-    fake = subprocess.Popen(
+def line(drained: Drained) -> str:
+    return (
+        f"sent {drained.sent} in {drained.seconds:.2f} s = {drained.rate:.0f} rows/s, "
+        f"peak RSS {drained.peak_rss_mb:.0f} MB"
+    )
+
+
+def drain_once(
+    server_url: str, args: argparse.Namespace, latency: float, concurrency: int | None
+) -> Drained:
+    """One drain of fresh rows; ``concurrency`` None runs the articles' loop instead."""
+    with (
+        throwaway_database(server_url, "receipts_bench_drain") as url,
+        fake_provider(latency) as provider_url,
+    ):
+        fill(url, args.rows)
+        if concurrency is None:
+            command = [
+                "-m",
+                "bench.article_worker",
+                url,
+                provider_url,
+                API_KEY,
+                str(args.max_seconds),
+            ]
+        else:
+            command = [
+                "-m",
+                "receipts.cli",
+                "worker",
+                "--concurrency",
+                str(concurrency),
+                "--max-seconds",
+                str(args.max_seconds),
+            ]
+        env = {
+            "PATH": os.environ.get("PATH", ""),
+            "DATABASE_URL": url,
+            "RESEND_API_KEY": API_KEY,
+            "RESEND_API_URL": provider_url,
+            "LOG_FORMAT": "json",
+        }
+        return run_measured([sys.executable, *command], env)
+
+
+@contextlib.contextmanager
+def fake_provider(latency: float) -> Iterator[str]:
+    process = subprocess.Popen(
         [
             sys.executable,
             "-m",
@@ -74,16 +142,11 @@ def drain_once(server_url: str, rows: int, concurrency: int, latency: float) -> 
         text=True,
     )
     try:
-        migrate(url)
-        fill(url, rows)
-        assert fake.stdout is not None
-        fake_url = fake.stdout.readline().split()[-1]
-        return run_worker(url, fake_url, concurrency)
+        assert process.stdout is not None
+        yield process.stdout.readline().split()[-1]
     finally:
-        fake.terminate()
-        fake.wait()
-        with psycopg.connect(server_url, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        process.terminate()
+        process.wait()
 
 
 def fill(url: str, rows: int) -> None:
@@ -102,26 +165,27 @@ def fill(url: str, rows: int) -> None:
                          FROM generate_series(1, %s) AS n) AS invoices""",
             (rows,),
         )
+        conn.execute("VACUUM ANALYZE email_outbox")
 
 
-def run_worker(url: str, fake_url: str, concurrency: int) -> tuple[float, int]:
-    env = {
-        "PATH": os.environ.get("PATH", ""),
-        "DATABASE_URL": url,
-        "RESEND_API_KEY": API_KEY,
-        "RESEND_API_URL": fake_url,
-        "LOG_FORMAT": "json",
-    }
-    result = subprocess.run(
-        [sys.executable, "-m", "receipts.cli", "worker", "--concurrency", str(concurrency)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
+def run_measured(command: list[str], env: dict[str, str]) -> Drained:
+    """Run to completion; parse ``sent=N … seconds=S``; peak RSS from the kernel."""
+    process = subprocess.Popen(
+        command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
     )
-    fields = dict(part.split("=", 1) for part in result.stdout.split(": ", 1)[1].split())
-    return float(fields["seconds"]), int(fields["sent"])
+    assert process.stdout is not None
+    output = process.stdout.read()
+    _, status, usage = os.wait4(process.pid, 0)
+    process.returncode = os.waitstatus_to_exitcode(status)
+    if process.returncode != 0:
+        raise RuntimeError(f"{command[2]} exited {process.returncode}: {output}")
+    summary = output.strip().splitlines()[-1].split(": ", 1)[-1]
+    fields = dict(part.split("=", 1) for part in summary.split() if "=" in part)
+    return Drained(
+        sent=int(fields["sent"]),
+        seconds=float(fields["seconds"]),
+        peak_rss_mb=usage.ru_maxrss / 1024,
+    )
 
 
 if __name__ == "__main__":

@@ -1,0 +1,254 @@
+"""Shared parts of the benchmarks: throwaway databases, gunicorn, wrk, peak memory."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+import requests
+
+from receipts.embedded import with_database
+from receipts.migrations import migrate
+from tests.stripe_events import TEST_SECRET, event, invoice, sign
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+WRK_SCRIPT = Path(__file__).resolve().parent / "post_events.lua"
+
+
+def server_url_or_exit() -> str:
+    url = os.environ.get("DATABASE_URL")
+    if not url:
+        print("set DATABASE_URL to a PostgreSQL server (a throwaway database is made)", flush=True)
+        raise SystemExit(2)
+    return url
+
+
+@contextlib.contextmanager
+def throwaway_database(server_url: str, prefix: str = "receipts_bench") -> Iterator[str]:
+    """A fresh migrated database, dropped afterwards."""
+    name = f"{prefix}_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(server_url, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    url = with_database(server_url, name)
+    try:
+        migrate(url)
+        yield url
+    finally:
+        with psycopg.connect(server_url, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@dataclass
+class Gunicorn:
+    """One gunicorn serving ``app`` with the deployed settings (gunicorn.conf.py)."""
+
+    app: str
+    environ: Mapping[str, str]
+    workers: int = 2
+    threads: int = 4
+    process: subprocess.Popen[bytes] | None = None
+    port: int = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def __enter__(self) -> Gunicorn:
+        self.port = free_port()
+        self.process = subprocess.Popen(
+            [
+                str(BIN / "gunicorn"),
+                "--config",
+                str(ROOT / "gunicorn.conf.py"),
+                "--bind",
+                f"127.0.0.1:{self.port}",
+                "--workers",
+                str(self.workers),
+                "--threads",
+                str(self.threads),
+                "--log-level",
+                "warning",
+                self.app,
+            ],
+            cwd=ROOT,
+            env={**os.environ, **self.environ, "LOG_LEVEL": "warning"},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            with contextlib.suppress(requests.RequestException):
+                if requests.get(self.url + "/healthz", timeout=2).status_code == 200:
+                    return self
+            time.sleep(0.1)
+        raise TimeoutError(f"{self.app} did not start")
+
+    def worker_peak_rss_mb(self) -> list[float]:
+        """Peak resident memory (VmHWM) of each worker process so far."""
+        assert self.process is not None
+        peaks = []
+        for child in child_pids(self.process.pid):
+            with contextlib.suppress(OSError):
+                status = Path(f"/proc/{child}/status").read_text()
+                match = re.search(r"VmHWM:\s+(\d+) kB", status)
+                if match:
+                    peaks.append(int(match.group(1)) / 1024)
+        return peaks
+
+    def __exit__(self, *exc: object) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGINT)
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+def child_pids(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+                if int(fields[1]) == pid:
+                    found.append(int(entry.name))
+    return found
+
+
+def signed_events(count: int, tag: str) -> list[tuple[str, bytes]]:
+    """``count`` unique invoice.paid events, each with a fresh Stripe-Signature."""
+    return sign_invoices([f"in_1B{tag}{n:07d}" for n in range(count)])
+
+
+def sign_invoices(invoice_ids: list[str]) -> list[tuple[str, bytes]]:
+    """One invoice.paid event per invoice id (event id derived from it), signed now."""
+    bodies = []
+    for invoice_id in invoice_ids:
+        document = event(invoice(id=invoice_id), event_id="evt_" + invoice_id.removeprefix("in_"))
+        body = json.dumps(document, indent=2).encode()
+        bodies.append((sign(body, TEST_SECRET), body))
+    return bodies
+
+
+def write_wrk_data(events: list[tuple[str, bytes]]) -> Path:
+    """Per event a line ``signature TAB length`` then the exact body bytes."""
+    with tempfile.NamedTemporaryFile("wb", suffix=".events", delete=False) as handle:
+        for signature, body in events:
+            handle.write(f"{signature}\t{len(body)}\n".encode() + body)
+    return Path(handle.name)
+
+
+@dataclass(frozen=True)
+class LoadResult:
+    requests_per_second: float
+    p50_ms: float
+    p99_ms: float
+    requests: int
+    non_2xx: int
+    errors: int
+    wrapped: bool
+
+    def line(self) -> str:
+        return (
+            f"{self.requests_per_second:8.0f} req/s  p50 {self.p50_ms:6.2f} ms  "
+            f"p99 {self.p99_ms:6.2f} ms  requests {self.requests}  non-2xx {self.non_2xx}  "
+            f"socket errors {self.errors}{'  (events reused!)' if self.wrapped else ''}"
+        )
+
+
+def run_wrk(
+    url: str, data: Path, *, connections: int, seconds: float, threads: int = 2
+) -> LoadResult:
+    """Post the pre-signed events in ``data`` with wrk; each event is sent once."""
+    if shutil.which("wrk") is None:
+        raise SystemExit("wrk not found: apt-get install -y wrk")
+    result = subprocess.run(
+        [
+            "wrk",
+            f"-t{threads}",
+            f"-c{connections}",
+            f"-d{seconds}s",
+            "--latency",
+            "--timeout",
+            "10s",
+            "-s",
+            str(WRK_SCRIPT),
+            url + "/webhooks/stripe",
+            "--",
+            str(data),
+            str(threads),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return parse_wrk(result.stdout)
+
+
+def parse_wrk(output: str) -> LoadResult:
+    def latency_ms(percentile: str) -> float:
+        match = re.search(rf"^\s+{percentile}%\s+([\d.]+)(us|ms|s)\s*$", output, re.M)
+        if match is None:
+            raise ValueError(f"no {percentile}% latency in wrk output:\n{output}")
+        value, unit = float(match.group(1)), match.group(2)
+        return value / 1000 if unit == "us" else value * 1000 if unit == "s" else value
+
+    rate = re.search(r"Requests/sec:\s+([\d.]+)", output)
+    total = re.search(r"(\d+) requests in", output)
+    non_2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", output)
+    errors = re.search(
+        r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", output
+    )
+    assert rate is not None and total is not None, output
+    return LoadResult(
+        requests_per_second=float(rate.group(1)),
+        p50_ms=latency_ms("50"),
+        p99_ms=latency_ms("99"),
+        requests=int(total.group(1)),
+        non_2xx=int(non_2xx.group(1)) if non_2xx else 0,
+        errors=sum(int(n) for n in errors.groups()) if errors else 0,
+        wrapped="WRAPPED" in output,
+    )
+
+
+def machine() -> str:
+    cpu = "unknown CPU"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    memory = subprocess.run(["free", "-h"], capture_output=True, text=True).stdout.splitlines()
+    total = memory[1].split()[1] if len(memory) > 1 else "?"
+    return (
+        f"{os.cpu_count()} CPUs ({cpu}), {total} RAM, Python {platform.python_version()}, "
+        f"load average {os.getloadavg()[0]:.2f}"
+    )
+
+
+def ratio(value: float, reference: float) -> str:
+    return f"{value / reference:.2f}x" if reference else "n/a"

@@ -17,6 +17,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from receipts.cli import main
 from tests.fake_provider import FakeProviderClient
 from tests.test_worker import insert_pending, outbox_row, wait_for
 
@@ -192,13 +193,11 @@ def test_no_provider_configured_exits_2_naming_resend_api_key(database_url: str)
 @pytest.mark.parametrize(
     "args", [["--concurrency", "0"], ["--max-seconds", "soon"], ["--poll-seconds", "-1"]]
 )
-def test_bad_options_are_refused_with_a_message(database_url: str, args: list[str]) -> None:
-    result = subprocess.run(
-        [*RECEIPTS, "worker", *args],
-        cwd=ROOT,
-        env={"PATH": os.environ.get("PATH", ""), "DATABASE_URL": database_url},
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
-    assert result.returncode == 2 and args[0] in result.stderr
+def test_bad_options_are_refused_with_a_message(
+    args: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Refused while parsing the command line, before anything connects or sends."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(["worker", *args], environ={})
+    assert exit_info.value.code == 2
+    assert args[0] in capsys.readouterr().err

@@ -8,7 +8,9 @@ The package lets several processes share one server for a data directory: each
 process adds its pid to ``.handle_pids.json`` there, and the last one to leave
 stops the server. A process killed with SIGKILL never leaves, so its pid would
 keep the server running forever; :func:`start_server` drops such dead owners
-(and a ``postmaster.pid`` left by a killed server) before attaching.
+(and a ``postmaster.pid`` left by a killed server) before attaching. It also
+starts the server listening on a free 127.0.0.1 port, next to the unix socket,
+and hands out TCP URLs.
 
 ``python -m receipts.embedded [DATA_DIR]`` runs a server on its own until
 SIGTERM or Ctrl-C and prints its URL.

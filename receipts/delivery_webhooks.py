@@ -61,6 +61,7 @@ class DeliveryEvent:
     event_type: str
     email_id: str | None
     occurred_at: datetime | None
+    message_tag: str | None = None  # our message_key tag, as Resend echoes it
 
 
 def init_app(app: Flask, settings: Settings) -> None:
@@ -158,7 +159,26 @@ def _parse(body: bytes, svix_id: str) -> DeliveryEvent:
         event_type=document["type"][:100],
         email_id=email_id[:200] if email_id else None,
         occurred_at=_timestamp(document.get("created_at")),
+        message_tag=_message_tag(data.get("tags")),
     )
+
+
+def _message_tag(tags: Any) -> str | None:
+    """The ``message_key`` tag: Resend echoes tags as {name: value} (or [{name, value}])."""
+    if isinstance(tags, dict):
+        value = tags.get("message_key")
+    elif isinstance(tags, list):
+        value = next(
+            (
+                tag.get("value")
+                for tag in tags
+                if isinstance(tag, dict) and tag.get("name") == "message_key"
+            ),
+            None,
+        )
+    else:
+        value = None
+    return value[:256] if isinstance(value, str) else None
 
 
 def _timestamp(value: Any) -> datetime | None:
@@ -179,10 +199,11 @@ def record_delivery_event(conn: Connection, event: DeliveryEvent) -> str:
     or ``unknown_email``.
     """
     first = conn.execute(
-        """INSERT INTO resend_events (svix_id, event_type, email_id, outcome, occurred_at)
-           VALUES (%s, %s, %s, 'ignored', %s)
+        """INSERT INTO resend_events
+               (svix_id, event_type, email_id, message_tag, outcome, occurred_at)
+           VALUES (%s, %s, %s, %s, 'ignored', %s)
            ON CONFLICT (svix_id) DO NOTHING RETURNING svix_id""",
-        (event.svix_id, event.event_type, event.email_id, event.occurred_at),
+        (event.svix_id, event.event_type, event.email_id, event.message_tag, event.occurred_at),
     ).fetchone()
     if first is None:
         return "duplicate"

@@ -19,6 +19,7 @@ from typing import Any
 
 from receipts.config import PROVIDER_KEY_RETENTION_HOURS
 from receipts.db import Connection
+from receipts.receipt import resend_tag_value
 
 STATUSES = ("pending", "processing", "sent", "review")
 # The summary queries are short index scans whose row estimates can be far too
@@ -269,8 +270,12 @@ def read_timeline(conn: Connection, key: str, *, with_payload: bool = False) -> 
         ).fetchall(),
         deliveries=conn.execute(
             """SELECT svix_id, event_type, email_id, outcome, occurred_at, received_at
-               FROM resend_events WHERE message_key = %s ORDER BY received_at""",
-            (key,),
+               FROM resend_events WHERE message_key = %s
+               UNION ALL
+               SELECT svix_id, event_type, email_id, outcome, occurred_at, received_at
+               FROM resend_events WHERE outcome = 'unknown_email' AND message_tag = %s
+               ORDER BY received_at""",
+            (key, resend_tag_value(key)),
         ).fetchall(),
         payload=payload,
     )

@@ -79,7 +79,12 @@ def list_review(
                   first_attempt_at, last_error, payload IS NOT NULL AS has_email,
                   EXISTS (SELECT 1 FROM email_attempts a
                            WHERE a.message_key = o.message_key
-                             AND a.outcome IS NULL AND a.finished_at IS NULL) AS abandoned_attempt
+                             AND a.outcome IS NULL AND a.finished_at IS NULL) AS abandoned_attempt,
+                  EXISTS (SELECT 1 FROM resend_events e
+                           WHERE e.outcome = 'unknown_email'
+                             AND e.message_tag = left(regexp_replace(
+                                 o.message_key, '[^A-Za-z0-9_-]', '_', 'g'), 256))
+                      AS provider_reported_send
            FROM email_outbox o
            WHERE status = 'review'
              AND (%(reason)s::text IS NULL OR review_reason = %(reason)s)

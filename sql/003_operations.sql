@@ -22,6 +22,7 @@ CREATE TABLE resend_events (
     event_type    text NOT NULL,
     email_id      text,                       -- Resend's id of the email (our provider_id)
     message_key   text,                       -- the outbox row it matched, if any
+    message_tag   text,                       -- the email's message_key tag (sanitized key)
     outcome       text NOT NULL
         CHECK (outcome IN ('applied', 'stale', 'unknown_email', 'ignored')),
     occurred_at   timestamptz,                -- the event's own created_at
@@ -31,6 +32,10 @@ CREATE TABLE resend_events (
 CREATE INDEX resend_events_message_key ON resend_events (message_key)
     WHERE message_key IS NOT NULL;
 CREATE INDEX resend_events_received_at ON resend_events (received_at);
+-- An event for an email id no row has is still evidence of a send: its tag
+-- names the receipt (e.g. the worker died before recording the provider id).
+CREATE INDEX resend_events_unknown_tag ON resend_events (message_tag)
+    WHERE outcome = 'unknown_email';
 
 -- Recent attempts for status and metrics (latency, provider answers, leases
 -- recovered), and recently sent rows, without scanning whole tables.

@@ -147,6 +147,22 @@ def test_unknown_email_id_is_recorded_answered_and_counted(
     assert status.unknown_delivery_events_24h == 1
 
 
+@pytest.mark.parametrize(
+    "tags",
+    [{"message_key": "platform_test_in_1T_invoice-paid"},
+     [{"name": "message_key", "value": "platform_test_in_1T_invoice-paid"}]],
+    ids=["object", "list"],
+)  # fmt: skip
+def test_the_message_key_tag_is_stored(resend: FlaskClient, db: Db, tags: Any) -> None:
+    """Resend echoes our tags; the message_key tag is kept, to name the receipt of an
+    email id no row has recorded."""
+    document = event("email.delivered", "re_tagged")
+    document["data"]["tags"] = tags
+    assert post(resend, document).json["outcome"] == "unknown_email"
+    [stored] = stored_events(db)
+    assert stored["message_tag"] == "platform_test_in_1T_invoice-paid"
+
+
 def test_other_event_types_are_recorded_and_ignored(resend: FlaskClient, db: Db) -> None:
     """email.opened and friends change nothing on the row."""
     key = insert_row(db, "in_1Open", status="sent", provider_id="re_email_4")

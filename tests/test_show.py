@@ -12,9 +12,15 @@ import pytest
 from flask.testing import FlaskClient
 
 from receipts.cli import main
+from receipts.config import load_settings
+from receipts.receipt import resend_tag_value
+from receipts.web import create_app
 from tests import stripe_events
 from tests.outbox_states import BODY_TEXT, INVOICE_URL, Db, insert_attempt, insert_row
 from tests.stripe_events import TEST_SECRET, encode, sign
+from tests.test_resend_webhooks import SECRET as RESEND_SECRET
+from tests.test_resend_webhooks import event as resend_event
+from tests.test_resend_webhooks import post as post_resend
 
 
 @pytest.fixture(autouse=True)
@@ -148,3 +154,31 @@ def test_an_open_review_row_shows_how_to_decide(
     closed = insert_row(db, "in_1Closed", status="review", review_reason="dismissed")
     assert main(["show", closed], environ) == 0
     assert "decide" not in capsys.readouterr().out
+
+
+def test_a_send_the_worker_never_recorded_is_shown_from_its_delivery_event(
+    environ: dict[str, str], db: Db, capsys: Any
+) -> None:
+    """The worker died after the provider accepted: the row has no provider id, but
+    Resend's delivery event carries the message_key tag. show and review list point
+    at it, and resolve closes the case with that id."""
+    key = insert_row(db, "in_1Evidence", status="review", review_reason="retry_window_elapsed")
+    insert_attempt(db, key, started_ago=timedelta(hours=25), finished=False)
+    app = create_app(load_settings({**environ, "RESEND_WEBHOOK_SECRET": RESEND_SECRET}))
+    try:
+        document = resend_event("email.delivered", "re_unrecorded")
+        document["data"]["tags"] = {"message_key": resend_tag_value(key)}
+        answer = post_resend(app.test_client(), document)
+    finally:
+        app.extensions["receipts"].database.close()
+    assert answer.json["outcome"] == "unknown_email"
+
+    assert main(["show", key], environ) == 0
+    out = capsys.readouterr().out
+    assert "email re_unrecorded not recorded on this receipt (matched by tag)" in out
+    assert f"receipts review resolve {key} --provider-id re_unrecorded" in out
+    assert main(["review", "list"], {**environ, "USER": "op"}) == 0
+    assert "the provider reported sending it" in capsys.readouterr().out
+    resolve = ["review", "resolve", key, "--provider-id", "re_unrecorded", "--reason", "tag"]
+    assert main(resolve, {**environ, "USER": "op"}) == 0
+    assert db.execute("SELECT status FROM email_outbox").fetchone() == {"status": "sent"}

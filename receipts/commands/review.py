@@ -155,6 +155,8 @@ def _print_list(rows: list[dict[str, Any]], *, as_json: bool) -> None:
             flags.append("no email could be made")
         if row["abandoned_attempt"]:
             flags.append("has an attempt that never finished")
+        if row["provider_reported_send"]:
+            flags.append("the provider reported sending it: see `receipts show`")
         extra = f"  [{'; '.join(flags)}]" if flags else ""
         print(
             f"{row['message_key']}  {row['review_reason']}  attempts {row['attempts']}  "

@@ -111,7 +111,17 @@ def _decision_hint(timeline: Timeline) -> list[str]:
             "  ! an attempt that may have reached the provider is older than its 24 h "
             "idempotency window: look the key up in the provider's logs before a retry"
         )
+    for email_id in sorted({d["email_id"] for d in _unrecorded_sends(timeline)}):
+        hint.append(
+            f"  ! the provider reported email {email_id} with this receipt's tag: it was sent "
+            f"(`receipts review resolve {row['message_key']} --provider-id {email_id}`)"
+        )
     return hint
+
+
+def _unrecorded_sends(timeline: Timeline) -> list[dict[str, Any]]:
+    """Delivery events matched by tag only: sends this row never recorded."""
+    return [d for d in timeline.deliveries if d["outcome"] == "unknown_email" and d["email_id"]]
 
 
 def _section(title: str, items: list[dict[str, Any]], line: Any) -> list[str]:
@@ -156,7 +166,10 @@ def _action_line(action: dict[str, Any]) -> str:
 
 
 def _delivery_line(delivery: dict[str, Any]) -> str:
-    return (
+    line = (
         f"{iso(delivery['occurred_at'] or delivery['received_at'])} {delivery['event_type']} "
         f"({delivery['outcome']}) svix id {delivery['svix_id']}"
     )
+    if delivery["outcome"] == "unknown_email":
+        line += f", email {delivery['email_id']} not recorded on this receipt (matched by tag)"
+    return line

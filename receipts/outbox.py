@@ -8,7 +8,7 @@ event row counts deliveries and records what each event meant.
 Delivery is two short transactions per attempt with no transaction open
 during the send: :func:`claim_ready` leases rows (``FOR UPDATE SKIP LOCKED``,
 a fresh lease token, ``attempts + 1``, an in-flight ``email_attempts`` row),
-and :func:`record_attempt` stores the provider's answer only where the lease
+and :func:`record_attempts` stores the provider's answer only where the lease
 token still matches.
 """
 
@@ -293,49 +293,75 @@ def _lease(
     ]
 
 
-def record_attempt(conn: Connection, claimed: ClaimedRow, result: AttemptResult) -> bool:
-    """Store the outcome if we still hold the lease; False (and log it) if we lost it.
+def record_attempts(
+    conn: Connection, answered: list[tuple[ClaimedRow, AttemptResult]]
+) -> list[bool]:
+    """Store each outcome where we still hold the lease; False where we lost it.
 
     The outbox write is guarded by the lease token, so a worker whose lease
-    expired never overwrites the state a newer worker wrote.
+    expired never overwrites the state a newer worker wrote; its attempt is
+    logged as ``lease_lost``. One statement for the whole batch.
     """
-    updated = conn.execute(
-        """UPDATE email_outbox
-              SET status = %(status)s::text,
-                  provider_id = coalesce(%(provider_id)s::text, provider_id),
-                  sent_at = CASE WHEN %(status)s::text = 'sent' THEN now() ELSE sent_at END,
-                  review_reason = %(review_reason)s::text,
-                  available_at = CASE WHEN %(status)s::text = 'pending'
-                                      THEN now() + make_interval(secs => %(delay)s)
-                                      ELSE available_at END,
-                  attempts = attempts - %(refund)s,
-                  last_error = coalesce(%(last_error)s::text, last_error),
-                  lease_token = NULL, locked_until = NULL, updated_at = now()
-            WHERE message_key = %(key)s AND lease_token = %(token)s AND status = 'processing'
-        RETURNING message_key""",
-        {
-            "status": result.status,
-            "provider_id": result.provider_id,
-            "review_reason": result.review_reason if result.status == "review" else None,
-            "delay": float(result.retry_in_seconds),
-            "refund": 1 if result.refund_attempt else 0,
-            "last_error": result.last_error,
-            "key": claimed.message_key,
-            "token": claimed.lease_token,
-        },
-    ).fetchone()
-    held = updated is not None
-    conn.execute(
-        """UPDATE email_attempts
-              SET finished_at = now(), outcome = %s, http_status = %s,
-                  provider_error = %s, provider_id = %s
-            WHERE id = %s""",
-        (
-            result.outcome if held else "lease_lost",
-            result.http_status,
-            result.provider_error,
-            result.provider_id,
-            claimed.attempt_id,
-        ),
-    )
+    if not answered:
+        return []
+    columns: dict[str, list[Any]] = {
+        "keys": [row.message_key for row, _ in answered],
+        "tokens": [row.lease_token for row, _ in answered],
+        "attempt_ids": [row.attempt_id for row, _ in answered],
+        "statuses": [result.status for _, result in answered],
+        "outcomes": [result.outcome for _, result in answered],
+        "provider_ids": [result.provider_id for _, result in answered],
+        "reasons": [
+            result.review_reason if result.status == "review" else None for _, result in answered
+        ],
+        "delays": [float(result.retry_in_seconds) for _, result in answered],
+        "refunds": [1 if result.refund_attempt else 0 for _, result in answered],
+        "last_errors": [result.last_error for _, result in answered],
+        "http_statuses": [result.http_status for _, result in answered],
+        "provider_errors": [result.provider_error for _, result in answered],
+    }
+    rows = conn.execute(
+        """WITH answer AS (
+               SELECT * FROM unnest(
+                   %(keys)s::text[], %(tokens)s::uuid[], %(attempt_ids)s::bigint[],
+                   %(statuses)s::text[], %(outcomes)s::text[], %(provider_ids)s::text[],
+                   %(reasons)s::text[], %(delays)s::float8[], %(refunds)s::int[],
+                   %(last_errors)s::text[], %(http_statuses)s::int[],
+                   %(provider_errors)s::text[])
+                 AS a(message_key, lease_token, attempt_id, status, outcome, provider_id,
+                      review_reason, delay, refund, last_error, http_status, provider_error)
+           ), stored AS (
+               UPDATE email_outbox AS o
+                  SET status = a.status,
+                      provider_id = coalesce(a.provider_id, o.provider_id),
+                      sent_at = CASE WHEN a.status = 'sent' THEN now() ELSE o.sent_at END,
+                      review_reason = a.review_reason,
+                      available_at = CASE WHEN a.status = 'pending'
+                                          THEN now() + make_interval(secs => a.delay)
+                                          ELSE o.available_at END,
+                      attempts = o.attempts - a.refund,
+                      last_error = coalesce(a.last_error, o.last_error),
+                      lease_token = NULL, locked_until = NULL, updated_at = now()
+                 FROM answer AS a
+                WHERE o.message_key = a.message_key AND o.lease_token = a.lease_token
+                  AND o.status = 'processing'
+            RETURNING o.message_key
+           )
+           UPDATE email_attempts AS t
+              SET finished_at = now(),
+                  outcome = CASE WHEN s.message_key IS NULL THEN 'lease_lost' ELSE a.outcome END,
+                  http_status = a.http_status, provider_error = a.provider_error,
+                  provider_id = a.provider_id
+             FROM answer AS a LEFT JOIN stored AS s USING (message_key)
+            WHERE t.id = a.attempt_id
+        RETURNING t.id, s.message_key IS NOT NULL AS held""",
+        columns,
+    ).fetchall()
+    held = {row["id"]: row["held"] for row in rows}
+    return [held.get(row.attempt_id, False) for row, _ in answered]
+
+
+def record_attempt(conn: Connection, claimed: ClaimedRow, result: AttemptResult) -> bool:
+    """One outcome; see :func:`record_attempts`."""
+    [held] = record_attempts(conn, [(claimed, result)])
     return held

@@ -485,7 +485,7 @@ class _Worker:
         try:
             try:
                 with self.database.transaction() as conn:
-                    held = [outbox.record_attempt(conn, row, result) for row, result in batch]
+                    held = outbox.record_attempts(conn, batch)
             except (DatabaseUnavailable, psycopg.Error) as exc:
                 self.summary.count("unrecorded", len(batch))
                 log_fields(

@@ -8,8 +8,10 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import psutil  # type: ignore[import-untyped]
@@ -67,15 +69,18 @@ def state(tmp_path: Path) -> Iterator[Path]:
     shutil.rmtree(dev_data_dir(folder).parent, ignore_errors=True)
 
 
-def start_dev(environ: dict[str, str], port: int) -> tuple[subprocess.Popen[str], list[str]]:
+def start_dev(
+    environ: dict[str, str], port: int, log: Path | None = None
+) -> tuple[subprocess.Popen[str], list[str]]:
     """Start ``receipts dev`` and wait until its banner (printed once serving) is complete."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "receipts.cli", "dev", "--port", str(port)],
-        env=environ,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
+    with open(log or os.devnull, "w") as stderr:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "receipts.cli", "dev", "--port", str(port)],
+            env=environ,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+        )
     assert process.stdout is not None
     banner: list[str] = []
     for line in process.stdout:
@@ -189,3 +194,57 @@ def test_the_dev_database_belongs_to_its_state_folder(tmp_path: Path) -> None:
     assert dev_data_dir(tmp_path / "other") != first
     shutil.rmtree(folder)
     assert dev_data_dir(folder) != first
+
+
+class _RefusingResend(BaseHTTPRequestHandler):
+    """A Resend stand-in that refuses the API key, as Resend does for a revoked one."""
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        body = b'{"statusCode":401,"name":"restricted_api_key","message":"API key is invalid"}'
+        self.send_response(401)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *_: object) -> None:
+        pass
+
+
+def test_a_refused_api_key_stops_dev_loudly_instead_of_failing_quietly(
+    database_url: str, tmp_path: Path
+) -> None:
+    """With RESEND_API_KEY set, dev sends through that API; a 401 ends dev non-zero
+    with the reason, and the receipt stays pending (not sent, not in review)."""
+    resend = ThreadingHTTPServer(("127.0.0.1", 0), _RefusingResend)
+    threading.Thread(target=resend.serve_forever, args=(0.05,), daemon=True).start()
+    port = free_port()
+    environ = dev_environ(tmp_path) | {
+        "DATABASE_URL": database_url,
+        "RESEND_API_KEY": "re_revoked",
+        "RESEND_API_URL": f"http://127.0.0.1:{resend.server_port}",
+    }
+    log = tmp_path / "dev.log"
+    process, banner = start_dev(environ, port, log)
+    try:
+        assert any("sent through Resend" in line for line in banner)
+        url = f"http://127.0.0.1:{port}/webhooks/stripe"
+        replayed = main(
+            ["replay", str(EXAMPLES / "invoice_paid.json"), "--url", url],
+            environ={"RECEIPTS_DEV_DIR": str(tmp_path)},
+        )
+        assert replayed == 0
+        exit_code = process.wait(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+        resend.shutdown()
+    assert exit_code != 0
+    assert process.stdout is not None
+    assert not any(line.startswith("receipts dev: stopped") for line in process.stdout)
+    assert "receipts dev: the worker stopped:" in log.read_text()
+    assert "401" in log.read_text()
+    with psycopg.connect(database_url) as conn:
+        assert conn.execute("SELECT status FROM email_outbox").fetchall() == [("pending",)]
+    assert not (tmp_path / "mail").exists(), "no local .eml when a real provider is set"

@@ -381,9 +381,10 @@ def test_a_lost_lease_is_counted_and_never_overwrites_the_new_holder(
 ) -> None:
     """Another worker took the row over while the provider was answering."""
     [key] = insert_pending(db, 1)
-    fake.script({"hold": 0.4})
+    fake.script({"hold": 1.0})  # accepted at once, answered a second later
+    patient = replace(worker_settings, provider_timeout=2.0)
     result: list[WorkerSummary] = []
-    runner = threading.Thread(target=lambda: result.append(work(worker_settings)))
+    runner = threading.Thread(target=lambda: result.append(work(patient)))
     runner.start()
     while fake.stats()["deliveries"] == 0:
         time.sleep(0.01)

@@ -105,7 +105,7 @@ def test_a_worker_killed_after_the_provider_accepted_is_replayed_without_a_secon
 ) -> None:
     """SIGKILL between acceptance and recording: the next run replays the same key."""
     [key] = insert_pending(db, 1)
-    fake.script({"hold": 1.0})
+    fake.script({"hold": 2.0})  # the answer comes late: time to kill the worker first
     env = worker_env(database_url, fake)
     worker = start_worker(env)
     wait_for(lambda: fake.stats()["deliveries"] == 1)

@@ -206,7 +206,7 @@ def _print_banner(setup: DevSetup, http: BaseWSGIServer) -> None:
         "    (start receipts dev with STRIPE_WEBHOOK_SECRET=$(stripe listen --print-secret)",
         "     so their signatures verify)",
         "  Replay a saved event from another terminal:",
-        f"    receipts replay examples/invoice_paid.json{_url_option(port)}",
+        f"    {_invoked_as()} replay examples/invoice_paid.json{_url_option(port)}",
         "  Ctrl-C stops everything, the database included.",
         "",
     ]
@@ -222,6 +222,12 @@ def _port_problem(port: int) -> str | None:
         except OSError as exc:
             return exc.strerror or str(exc)
     return None
+
+
+def _invoked_as() -> str:
+    """``receipts``, or the path it was run by (``.venv/bin/receipts``) so the hint runs as is."""
+    invoked = sys.argv[0] if sys.argv else ""
+    return invoked if Path(invoked).name == "receipts" else "receipts"
 
 
 def _url_option(port: int) -> str:

@@ -75,6 +75,8 @@ DEFAULT_RATE_LIMIT_PAUSE = 1.0
 # Never start a send unless it can finish (connect + read timeout) this long
 # before the lease expires.
 LEASE_SAFETY_SECONDS = 1.0
+# Rows claimed ahead of a free sender slot, at least.
+PREFETCH = 32
 # Threads writing answers to the database, and the most answers one transaction holds.
 RECORDER_THREADS = 2
 RECORD_BATCH = 64
@@ -140,8 +142,8 @@ def run_worker(
 ) -> WorkerSummary:
     """Send ready receipts until none is ready (or, with ``loop``, until stopped).
 
-    ``stop_event`` ends the run gracefully: no new claims, rows being sent are
-    finished, rows not yet sent are released. Safe to call from any thread;
+    ``stop_event``, or ``max_seconds`` running out, ends the run gracefully:
+    no new claims, rows being sent are finished, rows not yet sent are released. Safe to call from any thread;
     it installs no signal handlers.
     """
     if settings.database_url is None:
@@ -339,24 +341,30 @@ class _Worker:
     def _claim_size(self) -> int:
         """How many rows to claim now: 0 while enough are in hand.
 
-        Up to ``concurrency`` rows wait in memory behind the ones being sent,
-        so a slot that frees up finds its next row at once; claiming in
-        batches when half of them are used keeps the claim queries few. With a
-        rate cap, never more than can be sent before the leases run out.
+        A few rows wait in memory behind the ones being sent (``PREFETCH``,
+        or ``concurrency`` if more), so a slot that frees up finds its next
+        row at once; claiming again only when half of them are used keeps the
+        claim queries few. A waiting row is sent within a few send times, far
+        inside its lease; with a rate cap, never more are held than can be
+        sent before the leases run out.
         """
-        capacity = 2 * self.concurrency
+        # Even if every send took its full timeout, a waiting row starts in time.
+        rounds_within_lease = int(self._send_window() // self.send_budget)
+        prefetch = min(max(PREFETCH, self.concurrency), self.concurrency * rounds_within_lease)
+        capacity = self.concurrency + prefetch
         fit = self.limiter.sendable_within(self._send_window())
         if fit is not None:
             capacity = min(capacity, fit)
-        if self._held > capacity - max(1, self.concurrency // 2):
+        if self._held > capacity - max(1, prefetch // 2):
             return 0
         return capacity - self._held
 
     def _should_stop_claiming(self, deadline: float | None) -> bool:
-        if self.stop_event.is_set() or self.summary.error is not None:
-            self.halt.set()
+        out_of_time = deadline is not None and time.monotonic() >= deadline
+        if out_of_time or self.stop_event.is_set() or self.summary.error is not None:
+            self.halt.set()  # rows waiting for a sender slot are released unsent
             return True
-        return deadline is not None and time.monotonic() >= deadline
+        return False
 
     def _claim(self, limit: int) -> list[outbox.ClaimedRow] | None:
         """Claim up to ``limit`` rows; None when the database failed in drain mode."""

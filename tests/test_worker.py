@@ -479,16 +479,20 @@ def test_stop_finishes_sends_in_flight_and_leaves_the_rest_pending(
     ).fetchone() == {"n": 0}
 
 
-def test_max_seconds_stops_claiming_and_exits(
+def test_max_seconds_stops_and_releases_the_rows_waiting_for_a_slot(
     db: DB, fake: FakeProviderClient, worker_settings: Settings
 ) -> None:
+    """A cron run ends on time: sends in progress finish, claimed rows not yet
+    sent go back to pending without spending an attempt."""
     insert_pending(db, 50)
     fake.configure(latency=0.1)
     summary = work(worker_settings, concurrency=2, max_seconds=0.3)
-    assert 0 < summary.sent < 50 and summary.error is None
-    assert db.execute(
-        "SELECT count(*) AS n FROM email_outbox WHERE status = 'processing'"
-    ).fetchone() == {"n": 0}
+    assert 0 < summary.sent < 50 and summary.released > 0 and summary.error is None
+    rows = db.execute(
+        "SELECT status, max(attempts) AS attempts FROM email_outbox GROUP BY 1 ORDER BY 1"
+    ).fetchall()
+    assert rows == [{"status": "pending", "attempts": 0}, {"status": "sent", "attempts": 1}]
+    assert fake.stats()["requests"] == summary.sent
 
 
 # --- choosing a provider, and the backoff ---------------------------------------

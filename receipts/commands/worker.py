@@ -40,7 +40,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--max-seconds",
         type=_positive_float,
         default=None,
-        help="stop claiming new rows after this long (cron runs); default: until drained",
+        help="stop after this long: sends in progress finish, the rest wait (default: drain)",
     )
     parser.add_argument(
         "--poll-seconds",

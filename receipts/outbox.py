@@ -46,12 +46,96 @@ class IngestResult:
 
 
 def ingest(conn: Connection, header: EventHeader, decision: Decision) -> IngestResult:
-    """Record one verified delivery and, for a paid invoice, its outbox row."""
+    """Record one verified delivery and, for a paid invoice, its outbox row.
+
+    One statement does it all on every common path (a new row, a redelivery,
+    a duplicate or conflict of a committed row), so on an autocommit
+    connection a delivery costs one round trip and is atomic. Only when the
+    row was committed by a concurrent delivery after that statement's snapshot
+    was taken can it not tell duplicate from conflict; it then stores nothing
+    and the delivery is recorded by separate statements in one transaction,
+    which do see that row.
+    """
     if isinstance(decision, Ignored):
         return _record_event(conn, header, "ignored", None, None, decision.reason)
-    outcome = _insert_outbox_row(conn, header, decision)
     detail = decision.reason if isinstance(decision, UnsendableReceipt) else None
-    return _record_event(conn, header, outcome, decision.message_key, decision.fingerprint, detail)
+    result = _ingest_in_one_statement(conn, header, decision, detail)
+    if result is not None:
+        return result
+    with conn.transaction():
+        outcome = _insert_outbox_row(conn, header, decision)
+        return _record_event(
+            conn, header, outcome, decision.message_key, decision.fingerprint, detail
+        )
+
+
+_INGEST_ONE_STATEMENT = """
+WITH new_row AS (
+    INSERT INTO email_outbox (message_key, purpose, account, livemode, invoice_id,
+                              source_event_id, fingerprint, payload, status, review_reason)
+    VALUES (%(key)s, %(purpose)s, %(account)s, %(livemode)s, %(invoice_id)s, %(event_id)s,
+            %(fingerprint)s, %(payload)s, %(status)s, %(review_reason)s)
+    ON CONFLICT (message_key) DO NOTHING
+    RETURNING 1
+), existing AS (
+    SELECT fingerprint FROM email_outbox
+     WHERE message_key = %(key)s AND NOT EXISTS (SELECT FROM new_row)
+), decided AS (
+    SELECT CASE WHEN EXISTS (SELECT FROM new_row) THEN %(new_outcome)s::text
+                WHEN (SELECT fingerprint FROM existing) = %(fingerprint)s THEN 'duplicate'
+                -- imported from an earlier sender (`receipts import`): sent already
+                WHEN (SELECT fingerprint FROM existing) LIKE 'imported:%%' THEN 'duplicate'
+                WHEN EXISTS (SELECT FROM existing) THEN 'conflict'
+           END AS outcome
+)
+INSERT INTO stripe_events (event_id, event_type, account, livemode, outcome, detail,
+                           message_key, fingerprint)
+SELECT %(event_id)s, %(event_type)s, %(account)s, %(livemode)s, outcome, %(detail)s,
+       %(key)s, %(fingerprint)s
+  FROM decided
+ WHERE outcome IS NOT NULL
+ON CONFLICT (event_id) DO UPDATE
+   SET deliveries = stripe_events.deliveries + 1,
+       last_received_at = now()
+RETURNING outcome, detail, message_key, (xmax = 0) AS first_delivery
+"""
+
+
+def _ingest_in_one_statement(
+    conn: Connection,
+    header: EventHeader,
+    decision: ReceiptJob | UnsendableReceipt,
+    detail: str | None,
+) -> IngestResult | None:
+    """Insert row and event in one statement; None if the row's outcome is not yet visible."""
+    is_job = isinstance(decision, ReceiptJob)
+    row = conn.execute(
+        _INGEST_ONE_STATEMENT,
+        {
+            "key": decision.message_key,
+            "purpose": PURPOSE,
+            "account": header.account,
+            "livemode": header.livemode,
+            "invoice_id": decision.invoice_id,
+            "event_id": header.event_id,
+            "event_type": header.event_type,
+            "fingerprint": decision.fingerprint,
+            "payload": Jsonb(decision.payload) if isinstance(decision, ReceiptJob) else None,
+            "status": "pending" if is_job else "review",
+            "review_reason": None if isinstance(decision, ReceiptJob) else decision.reason,
+            "new_outcome": "queued" if is_job else "review",
+            "detail": detail,
+        },
+    ).fetchone()
+    if row is None:
+        return None
+    return IngestResult(
+        event_id=header.event_id,
+        outcome=row["outcome"],
+        message_key=row["message_key"],
+        redelivery=not row["first_delivery"],
+        detail=row["detail"],
+    )
 
 
 def _insert_outbox_row(

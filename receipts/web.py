@@ -114,7 +114,7 @@ def _handle_stripe_event(started: float) -> tuple[Response, int, str, str]:
             "malformed",
         )
     try:
-        with svc.database.transaction() as conn:
+        with svc.database.autocommit() as conn:
             result = ingest(conn, header, decision)
         if result.outcome == "queued":
             svc.wake_up.poke()

@@ -8,11 +8,13 @@ It sits between a process and PostgreSQL (or any server). The test can:
   run ``action`` the moment ``pattern`` passes in that direction, *before* the
   chunk holding it is forwarded. The action decides what happens next: return
   ``"forward"`` to pass the chunk on, ``"cut"`` to reset that connection
-  instead. Each watch fires once.
+  instead. Each watch fires once;
+* ``on_answer_to(request, answer, action)``: the same, for the answer to a
+  request, on the connection that sent the request only.
 
-Watching PostgreSQL's wire protocol for ``b"COMMIT\\x00"`` from the server
-(the CommandComplete tag) pins a crash to "the commit is durable but the
-client has not heard of it yet". The connection must not use TLS
+Watching PostgreSQL's wire protocol for the ReadyForQuery message that
+answers a statement run outside a transaction pins a crash to "the commit is
+durable but the client has not heard of it yet". The connection must not use TLS
 (``sslmode=disable``) for the bytes to be readable.
 """
 
@@ -37,6 +39,8 @@ class _Watch:
     pattern: bytes
     action: Action
     fired: threading.Event = field(default_factory=threading.Event)
+    connection: socket.socket | None = None  # only bytes of this connection match
+    then: _Watch | None = None  # armed on the same connection, other direction, once fired
 
 
 class TcpProxy:
@@ -78,6 +82,13 @@ class TcpProxy:
         """Watch bytes coming back from the server."""
         return self._watch("server", pattern, action)
 
+    def on_answer_to(self, request: bytes, answer: bytes, action: Action) -> threading.Event:
+        """Run ``action`` when ``answer`` comes back on the connection that sent
+        ``request`` (other connections opening meanwhile do not count)."""
+        answer_watch = _Watch(answer, action)
+        self._watch("client", request, lambda: "forward", then=answer_watch)
+        return answer_watch.fired
+
     def close(self) -> None:
         self._closed = True
         self._listener.close()
@@ -85,8 +96,10 @@ class TcpProxy:
 
     # --- machinery ---------------------------------------------------------
 
-    def _watch(self, direction: str, pattern: bytes, action: Action) -> threading.Event:
-        watch = _Watch(pattern, action)
+    def _watch(
+        self, direction: str, pattern: bytes, action: Action, then: _Watch | None = None
+    ) -> threading.Event:
+        watch = _Watch(pattern, action, then=then)
         with self._lock:
             self._watches[direction].append(watch)
         return watch.fired
@@ -130,7 +143,7 @@ class TcpProxy:
                 chunk = source.recv(_CHUNK)
                 if not chunk:
                     break
-                verdict = self._check(direction, tail + chunk)
+                verdict = self._check(direction, tail, chunk, client)
                 if verdict == "cut":
                     break
                 sink.sendall(chunk)
@@ -139,11 +152,23 @@ class TcpProxy:
             pass
         self._drop(client, server)
 
-    def _check(self, direction: str, window: bytes) -> Verdict:
+    def _check(
+        self, direction: str, tail: bytes, chunk: bytes, connection: socket.socket
+    ) -> Verdict:
+        other = "server" if direction == "client" else "client"
         with self._lock:
-            due = [w for w in self._watches[direction] if w.pattern in window]
+            due = [
+                w
+                for w in self._watches[direction]
+                if w.connection in (None, connection)
+                # an answer is looked for only in bytes that came after its request
+                and w.pattern in (chunk if w.connection is not None else tail + chunk)
+            ]
             for watch in due:
                 self._watches[direction].remove(watch)
+                if watch.then is not None:
+                    watch.then.connection = connection
+                    self._watches[other].append(watch.then)
         verdict: Verdict = "forward"
         for watch in due:
             if watch.action() == "cut":

@@ -128,10 +128,7 @@ def test_worker_killed_after_claim_before_the_request_sends_once_after_the_lease
     nothing. When the lease expires the next run sends it once."""
     [key] = insert_pending(db, 1, prefix="in_1Claimed")
     worker = start_worker(proxied_environ)
-    db_proxy.on_client_bytes(
-        CLAIM_SQL,
-        lambda: (db_proxy.on_server_bytes(COMMIT_ACKNOWLEDGED, kill(worker)), "forward")[1],
-    )
+    db_proxy.on_answer_to(CLAIM_SQL, COMMIT_ACKNOWLEDGED, kill(worker))
     assert worker.wait(timeout=30) == -signal.SIGKILL
     assert statuses(db) == {"processing": 1}
     assert attempt_log(db, key) == [

@@ -18,6 +18,7 @@ SIGTERM or Ctrl-C and prints its URL.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -63,9 +64,10 @@ def default_data_dir(purpose: str) -> Path:
 class EmbeddedServer:
     """This process's claim on a running embedded server."""
 
-    def __init__(self, handle: Any, data_dir: Path) -> None:
+    def __init__(self, handle: Any, data_dir: Path, *, delete_on_exit: bool = False) -> None:
         self._handle = handle
         self.data_dir = data_dir
+        self._delete_on_exit = delete_on_exit
 
     @property
     def pid(self) -> int:
@@ -87,9 +89,13 @@ class EmbeddedServer:
     def cleanup(self) -> None:
         """Give up this process's claim; the last claimant stops the server.
 
-        Safe to call more than once; the package's exit hook calls it again.
+        Safe to call more than once; the package's exit hook calls it again. A
+        server started with ``delete_on_exit`` also leaves no empty folder behind.
         """
         self._handle.cleanup()
+        if self._delete_on_exit and not self.data_dir.exists():
+            with contextlib.suppress(OSError):
+                self.data_dir.parent.rmdir()
 
 
 def start_server(data_dir: Path, *, delete_on_exit: bool = False) -> EmbeddedServer:
@@ -132,7 +138,7 @@ def start_server(data_dir: Path, *, delete_on_exit: bool = False) -> EmbeddedSer
         raise EmbeddedStartFailed(
             f"embedded PostgreSQL in {data_dir} did not start ({exc}); see {data_dir / 'log'}"
         ) from exc
-    return EmbeddedServer(handle, data_dir)
+    return EmbeddedServer(handle, data_dir, delete_on_exit=delete_on_exit)
 
 
 def _start_listening_on_tcp(data_dir: Path, attempts: int = 3) -> None:

@@ -157,3 +157,16 @@ def test_a_postmaster_pid_left_by_a_killed_server_does_not_block_start_up(
     finally:
         impostor.kill()
         impostor.wait()
+
+
+def test_a_throwaway_server_leaves_nothing_behind() -> None:
+    """delete_on_exit (the test suite's server): stopped, data and its folder removed."""
+    from receipts.embedded import start_server
+
+    parent = Path(tempfile.mkdtemp(prefix="receipts-embedded-test-"))
+    server = start_server(parent / "pgdata", delete_on_exit=True)
+    server_pid = server.pid
+    assert select_one(server.get_uri("postgres")) == 1
+    server.cleanup()
+    assert wait_until_gone(server_pid)
+    assert not parent.exists()

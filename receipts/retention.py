@@ -3,7 +3,9 @@
 Three things grow with every paid invoice: the event log, the attempt log and
 the outbox rows with their frozen emails. Prune drops, in short batches:
 
-* events first received before the details cutoff;
+* Stripe events first received, and Resend delivery events received, before
+  the details cutoff (a delivery event that matched no receipt is kept: it
+  is evidence of a send a person may need);
 * for ``sent`` receipts settled before the details cutoff: their attempt log
   and their frozen payload (the email was sent; its bytes are not needed);
 * ``sent`` receipts settled before the keys cutoff, whole.
@@ -12,8 +14,10 @@ The message key is the only thing that stops a late redelivery (Stripe's
 manual "resend" works for 30 days) from queueing a second email, so keys are
 kept for at least :data:`MIN_KEEP_KEYS_DAYS`. Rows in ``pending``,
 ``processing`` or ``review`` are never touched: they are unfinished work or
-evidence a person needs. A receipt is "settled" at ``sent_at``, or at
-``created_at`` when no send time was recorded.
+evidence a person needs; the operator action log is never pruned. A
+receipt is "settled" at the later of ``sent_at`` and ``created_at``, so a
+receipt imported today with an old send time keeps its key for the full
+period from now.
 """
 
 from __future__ import annotations
@@ -31,7 +35,10 @@ MIN_KEEP_DETAILS_DAYS = 1
 DEFAULT_KEEP_DETAILS_DAYS = 30
 DEFAULT_BATCH_SIZE = 5000
 
-_SETTLED = "coalesce(sent_at, created_at)"
+_SETTLED = "greatest(sent_at, created_at)"
+# Events are pruned by walking the table in ranges of this many 8 kB pages, so
+# ingest needs no index on their age.
+EVENT_PAGES_PER_BATCH = 2000
 
 
 class RetentionError(ValueError):
@@ -74,6 +81,7 @@ class Cutoffs:
 @dataclass(kw_only=True)
 class PruneCounts:
     events: int = 0
+    delivery_events: int = 0
     attempts: int = 0
     payloads: int = 0
     receipts: int = 0
@@ -96,6 +104,9 @@ def count_prunable(conn: Connection, cut: Cutoffs) -> PruneCounts:
         f"""SELECT
               (SELECT count(*) FROM stripe_events WHERE first_received_at < %(details)s)
                   AS events,
+              (SELECT count(*) FROM resend_events
+                WHERE received_at < %(details)s AND outcome <> 'unknown_email')
+                  AS delivery_events,
               (SELECT count(*) FROM email_attempts WHERE message_key IN (
                   SELECT message_key FROM email_outbox
                    WHERE status = 'sent' AND {_SETTLED} < %(details)s)) AS attempts,
@@ -115,7 +126,8 @@ def prune(database: Database, policy: Policy) -> PruneCounts:
     with database.transaction() as conn:
         cut = cutoffs(conn, policy)
     counts = PruneCounts()
-    counts.events = _repeat(database, _drop_events_batch, cut, policy.batch_size)
+    counts.events = _drop_old_events(database, cut)
+    counts.delivery_events = _repeat(database, _drop_delivery_events_batch, cut, policy.batch_size)
     counts.receipts, attempts_of_dropped = _drop_old_receipts(database, cut, policy.batch_size)
     payloads, attempts_of_kept = _drop_old_details(database, cut, policy.batch_size)
     counts.payloads = payloads
@@ -135,10 +147,29 @@ def _repeat(
             return total
 
 
-def _drop_events_batch(conn: Connection, cut: Cutoffs, size: int) -> int:
+def _drop_old_events(database: Database, cut: Cutoffs) -> int:
+    """Delete old Stripe events, one range of table pages per transaction."""
+    with database.transaction() as conn:
+        row = conn.execute(
+            "SELECT pg_relation_size('stripe_events') / current_setting('block_size')::int AS pages"
+        ).fetchone()
+    pages = int(row["pages"]) if row else 0
+    dropped = 0
+    for first in range(0, pages + 1, EVENT_PAGES_PER_BATCH):
+        with database.transaction() as conn:
+            dropped += conn.execute(
+                """DELETE FROM stripe_events
+                    WHERE ctid >= %s::tid AND ctid < %s::tid AND first_received_at < %s""",
+                (f"({first},0)", f"({first + EVENT_PAGES_PER_BATCH},0)", cut.details_before),
+            ).rowcount
+    return dropped
+
+
+def _drop_delivery_events_batch(conn: Connection, cut: Cutoffs, size: int) -> int:
     return conn.execute(
-        """DELETE FROM stripe_events WHERE event_id IN (
-               SELECT event_id FROM stripe_events WHERE first_received_at < %s LIMIT %s)""",
+        """DELETE FROM resend_events WHERE svix_id IN (
+               SELECT svix_id FROM resend_events
+                WHERE received_at < %s AND outcome <> 'unknown_email' LIMIT %s)""",
         (cut.details_before, size),
     ).rowcount
 

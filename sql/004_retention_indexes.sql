@@ -1,6 +1,6 @@
--- What `receipts prune` walks: sent receipts by the time they settled, and
--- events by when they first arrived. Without these, each prune batch would
--- scan the whole table.
-CREATE INDEX email_outbox_settled ON email_outbox ((coalesce(sent_at, created_at)), message_key)
+-- What `receipts prune` walks to drop old details and, much later, old keys:
+-- sent receipts by the time they settled (the later of sent and created, so
+-- an import with an old send time is kept for the full period). Pending rows
+-- are not in it, so ingest does not maintain it.
+CREATE INDEX email_outbox_settled ON email_outbox ((greatest(sent_at, created_at)), message_key)
     WHERE status = 'sent';
-CREATE INDEX stripe_events_first_received ON stripe_events (first_received_at);

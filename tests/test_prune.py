@@ -61,6 +61,14 @@ def add_event(db: Db, event_id: str, days_ago: float) -> None:
     )
 
 
+def add_delivery_event(db: Db, svix_id: str, outcome: str, days_ago: float) -> None:
+    db.execute(
+        """INSERT INTO resend_events (svix_id, event_type, outcome, received_at)
+           VALUES (%s, 'email.delivered', %s, now() - make_interval(days => %s::int))""",
+        (svix_id, outcome, days_ago),
+    )
+
+
 def key(invoice: str) -> str:
     return f"platform/test/{invoice}/invoice-paid"
 
@@ -75,6 +83,7 @@ def snapshot(db: Db) -> dict[str, list[Row]]:
             "SELECT message_key, attempt FROM email_attempts ORDER BY 1, 2"
         ).fetchall(),
         "events": db.execute("SELECT event_id FROM stripe_events ORDER BY 1").fetchall(),
+        "delivery_events": db.execute("SELECT svix_id FROM resend_events ORDER BY 1").fetchall(),
     }
 
 
@@ -93,6 +102,9 @@ def aged(db: Db) -> Db:
     add_receipt(db, key("in_OldProcessing"), "processing", 500)
     add_event(db, "evt_Old", 45)
     add_event(db, "evt_Recent", 2)
+    add_delivery_event(db, "msg_Old", "applied", 45)
+    add_delivery_event(db, "msg_OldUnmatched", "unknown_email", 45)
+    add_delivery_event(db, "msg_Recent", "applied", 2)
     return db
 
 
@@ -103,8 +115,9 @@ def test_prune_drops_details_and_old_keys_and_nothing_unfinished(
     40-day-old one loses its attempts and frozen email but keeps its key; recent
     rows and every pending, processing or review row keep everything."""
     assert prune(database_url) == 0
-    assert "1 event(s), 3 attempt(s), 1 frozen email(s), 1 sent receipt(s)" in (
-        capsys.readouterr().out
+    assert (
+        "1 event(s), 1 delivery event(s), 3 attempt(s), 1 frozen email(s), 1 sent receipt(s)"
+        in capsys.readouterr().out
     )
     after = snapshot(aged)
     assert after["outbox"] == [
@@ -121,6 +134,8 @@ def test_prune_drops_details_and_old_keys_and_nothing_unfinished(
         key("in_Recent"),
     ]
     assert after["events"] == [{"event_id": "evt_Recent"}]
+    # A delivery event that matched no receipt is evidence of a send: kept.
+    assert after["delivery_events"] == [{"svix_id": "msg_OldUnmatched"}, {"svix_id": "msg_Recent"}]
 
 
 def test_second_prune_finds_nothing_left(aged: Db, database_url: str) -> None:
@@ -175,6 +190,17 @@ def test_shortest_allowed_key_retention_keeps_keys_inside_it(aged: Db, database_
     assert keys == [key("in_Recent")]
 
 
+def test_an_import_with_an_old_send_time_keeps_its_key_for_the_full_period(
+    db: Db, database_url: str
+) -> None:
+    """A receipt recorded today as sent 500 days ago by an earlier system is
+    settled today: its key stays (only its frozen details may go)."""
+    add_receipt(db, key("in_Imported"), "sent", 500)
+    db.execute("UPDATE email_outbox SET created_at = now()")
+    assert prune(database_url, "--keep-keys-days", "35") == 0
+    assert [row["message_key"] for row in snapshot(db)["outbox"]] == [key("in_Imported")]
+
+
 def test_small_batches_prune_everything(db: Db, database_url: str) -> None:
     """Batches smaller than the work loop until done (keyset walk, repeated deletes)."""
     for n in range(7):
@@ -197,8 +223,9 @@ def test_redelivery_after_details_pruned_is_still_a_duplicate(
     headers = {"Stripe-Signature": sign(body, TEST_SECRET)}
     assert client.post("/webhooks/stripe", data=body, headers=headers).json["outcome"] == "queued"
     db.execute(
-        """UPDATE email_outbox SET status = 'sent', sent_at = now() - interval '40 days',
-                                   provider_id = 're_1'"""
+        """UPDATE email_outbox SET status = 'sent', provider_id = 're_1',
+                                   created_at = now() - interval '40 days 1 minute',
+                                   sent_at = now() - interval '40 days'"""
     )
     db.execute("UPDATE stripe_events SET first_received_at = now() - interval '40 days'")
     assert prune(database_url) == 0

@@ -86,6 +86,7 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
 
 def _describe(counts: PruneCounts) -> str:
     return (
-        f"{counts.events} event(s), {counts.attempts} attempt(s), "
+        f"{counts.events} event(s), {counts.delivery_events} delivery event(s), "
+        f"{counts.attempts} attempt(s), "
         f"{counts.payloads} frozen email(s), {counts.receipts} sent receipt(s) with their keys"
     )

@@ -29,6 +29,7 @@ from receipts.config import Settings, load_settings
 from receipts.devserver import (
     DEV_EMAIL_FROM,
     DEV_WEBHOOK_URL,
+    SECRET_FILE,
     dev_data_dir,
     ensure_dev_secret,
     state_dir,
@@ -150,7 +151,7 @@ def _prepare(configured: Settings, state_override: Path | None, cleanup: ExitSta
 
 
 def _secret_note(configured: Settings, folder: Path, created: bool) -> str:
-    where = folder / "stripe-webhook-secret"
+    where = folder / SECRET_FILE
     if configured.stripe_webhook_secrets:
         return f"secret     STRIPE_WEBHOOK_SECRET, and the local dev secret in {where}"
     made = "generated a local webhook secret" if created else "local webhook secret"

@@ -143,8 +143,8 @@ def run_worker(
     """Send ready receipts until none is ready (or, with ``loop``, until stopped).
 
     ``stop_event``, or ``max_seconds`` running out, ends the run gracefully:
-    no new claims, rows being sent are finished, rows not yet sent are released. Safe to call from any thread;
-    it installs no signal handlers.
+    no new claims, rows being sent are finished, rows not yet sent are
+    released. Safe to call from any thread; it installs no signal handlers.
     """
     if settings.database_url is None:
         raise ConfigError("DATABASE_URL", "is required but not set")

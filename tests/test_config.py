@@ -80,5 +80,5 @@ def test_gunicorn_refuses_to_start_with_a_bad_setting() -> None:
     # The worker exits with gunicorn's boot-error code and the arbiter halts;
     # gunicorn itself then exits 1 or 3 depending on where the halt unwinds.
     assert result.returncode != 0
-    assert "Reason: Worker failed to boot." in result.stderr
+    assert "Worker failed to boot." in result.stderr
     assert "receipts: configuration error: EMAIL_FROM: is required but not set" in result.stderr

@@ -115,6 +115,8 @@ def test_dev_turns_a_replayed_storm_into_one_eml_and_stops_cleanly_on_ctrl_c(
         port_line = pid_file.read_text().split("\n")[3]
         database = f"postgresql://postgres@127.0.0.1:{port_line.strip()}/postgres"
         assert any(database in line for line in banner)
+        # The banner tells how to point operator commands at the dev database.
+        assert any(line.strip().startswith(f"DATABASE_URL={database} ") for line in banner)
 
         def recorded_as_sent() -> bool:  # the .eml is written before "sent" is recorded
             with psycopg.connect(database, autocommit=True) as conn:

@@ -208,6 +208,8 @@ def _print_banner(setup: DevSetup, http: BaseWSGIServer) -> None:
         "     so their signatures verify)",
         "  Replay a saved event from another terminal:",
         f"    {_invoked_as()} replay examples/invoice_paid.json{_url_option(port)}",
+        "  Inspect what happened (status, show, review) from another terminal:",
+        f"    DATABASE_URL={setup.settings.database_url} {_invoked_as()} status",
         "  Ctrl-C stops everything, the database included.",
         "",
     ]

@@ -21,6 +21,12 @@ class DatabaseUnavailable(Exception):
     """No connection could be had, or the one we had broke mid-transaction."""
 
 
+def describe_error(error: BaseException) -> str:
+    """The first line of an error's message (libpq's run to several), or its type."""
+    lines = str(error).strip().splitlines()
+    return lines[0] if lines else type(error).__name__
+
+
 Connection = psycopg.Connection[dict[str, Any]]
 
 
@@ -80,7 +86,7 @@ class Database:
         except PoolTimeout as exc:
             raise DatabaseUnavailable(f"no database connection within {self._timeout:g} s") from exc
         except psycopg.OperationalError as exc:
-            raise DatabaseUnavailable(str(exc).strip().splitlines()[0]) from exc
+            raise DatabaseUnavailable(describe_error(exc)) from exc
 
     def ping(self) -> None:
         """Raise DatabaseUnavailable unless a trivial query succeeds."""
@@ -99,4 +105,4 @@ def connect(url: str, *, autocommit: bool = False) -> Connection:
     try:
         return psycopg.connect(url, row_factory=dict_row, autocommit=autocommit, connect_timeout=10)
     except psycopg.OperationalError as exc:
-        raise DatabaseUnavailable(str(exc).strip().splitlines()[0]) from exc
+        raise DatabaseUnavailable(describe_error(exc)) from exc

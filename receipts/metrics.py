@@ -39,7 +39,7 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
 from receipts.config import Settings
-from receipts.db import Database, DatabaseUnavailable
+from receipts.db import Database, DatabaseUnavailable, describe_error
 from receipts.logs import log_fields
 from receipts.operator import (
     NO_JIT,
@@ -141,7 +141,9 @@ class OutboxCollector(Collector):
                 status = read_status(conn, retry_cutoff_hours=self._cutoff_hours)
                 activity = read_provider_activity(conn, window_seconds=PROVIDER_WINDOW_SECONDS)
         except (DatabaseUnavailable, psycopg.Error) as exc:
-            log_fields(log, "metrics: database not readable", logging.WARNING, reason=str(exc))
+            log_fields(
+                log, "metrics: database not readable", logging.WARNING, reason=describe_error(exc)
+            )
             return [_gauge("receipts_database_up", "1 if the database answered this scrape.", 0)]
         return [
             _gauge("receipts_database_up", "1 if the database answered this scrape.", 1),

@@ -19,7 +19,7 @@ import threading
 
 import psycopg
 
-from receipts.db import Connection, DatabaseUnavailable, connect
+from receipts.db import Connection, DatabaseUnavailable, connect, describe_error
 from receipts.logs import log_fields
 
 log = logging.getLogger(__name__)
@@ -85,7 +85,7 @@ class WakeUp:
                 log,
                 "could not wake workers; they will find the rows when they poll",
                 logging.WARNING,
-                error=str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__,
+                error=describe_error(exc),
             )
             if conn is not None:
                 conn.close()

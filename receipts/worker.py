@@ -62,7 +62,7 @@ import psycopg
 
 from receipts import outbox
 from receipts.config import ConfigError, Settings
-from receipts.db import Database, DatabaseUnavailable, connect
+from receipts.db import Database, DatabaseUnavailable, connect, describe_error
 from receipts.logs import log_fields
 from receipts.providers import FileSinkProvider, Provider, ProviderAnswer, ResendProvider
 
@@ -502,7 +502,7 @@ class _Worker:
                     "could not record attempts; their leases will expire and they are retried",
                     logging.ERROR,
                     keys=",".join(row.message_key for row, _ in batch),
-                    error=str(exc).strip().splitlines()[0] if str(exc) else type(exc).__name__,
+                    error=describe_error(exc),
                 )
                 return
             for (row, result), still_held in zip(batch, held, strict=True):
@@ -561,7 +561,7 @@ class _Worker:
                     log,
                     "listen connection lost; polling meanwhile",
                     logging.WARNING,
-                    error=str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
+                    error=describe_error(exc),
                 )
                 self.finished.wait(self.poll_seconds)
 

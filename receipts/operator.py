@@ -13,12 +13,14 @@ HTTP status (timeout, connection error) is just as uncertain.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
 from receipts.config import PROVIDER_KEY_RETENTION_HOURS
-from receipts.db import Connection
+from receipts.db import Connection, connect
 from receipts.receipt import resend_tag_value
 
 STATUSES = ("pending", "processing", "sent", "review")
@@ -39,6 +41,15 @@ _ROW_COLUMNS = (
     "locked_until, lease_token, provider_id, sent_at, last_error, delivery_status, "
     "delivery_status_at, payload -> 'to' AS recipients"
 )
+
+
+@contextmanager
+def read_only_snapshot(database_url: str) -> Iterator[Connection]:
+    """One consistent, read-only view of every table, for a report."""
+    with connect(database_url) as conn, conn.transaction():
+        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        conn.execute(NO_JIT)
+        yield conn
 
 
 @dataclass(frozen=True, kw_only=True)

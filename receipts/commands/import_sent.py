@@ -13,10 +13,10 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from receipts.config import load_settings
+from receipts.commands import database_settings
 from receipts.db import connect
 from receipts.importing import ImportRejected, import_sent, parse_csv
-from receipts.logs import configure_logging, log_fields
+from receipts.logs import log_fields
 from receipts.review import Decider, operator_name
 
 log = logging.getLogger("receipts.import")
@@ -29,9 +29,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
-    settings = load_settings(environ, required=("DATABASE_URL",))
-    configure_logging(settings.log_format)
-    assert settings.database_url is not None
+    _settings, database_url = database_settings(environ)
     try:
         text = args.file.read_bytes().decode("utf-8-sig")
     except OSError as exc:
@@ -46,7 +44,7 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     )
     try:
         receipts = parse_csv(text)
-        with connect(settings.database_url) as conn, conn.transaction():
+        with connect(database_url) as conn, conn.transaction():
             report = import_sent(conn, receipts, decider, source=args.file.name)
     except ImportRejected as rejected:
         for problem in rejected.problems:

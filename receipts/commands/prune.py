@@ -12,9 +12,9 @@ import logging
 import sys
 from collections.abc import Mapping
 
-from receipts.config import load_settings
+from receipts.commands import database_settings
 from receipts.db import Database
-from receipts.logs import configure_logging, log_fields
+from receipts.logs import log_fields
 from receipts.retention import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_KEEP_DETAILS_DAYS,
@@ -66,10 +66,8 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     except RetentionError as exc:
         print(f"receipts prune: {exc}", file=sys.stderr)
         return 2
-    settings = load_settings(environ, required=("DATABASE_URL",))
-    configure_logging(settings.log_format)
-    assert settings.database_url is not None
-    database = Database(settings.database_url, max_size=1, timeout=settings.database_timeout)
+    settings, database_url = database_settings(environ)
+    database = Database(database_url, max_size=1, timeout=settings.database_timeout)
     try:
         if args.dry_run:
             with database.transaction() as conn:

@@ -15,9 +15,9 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from receipts.config import load_settings
+from receipts.commands import database_settings
 from receipts.db import Connection, connect
-from receipts.logs import configure_logging, log_fields
+from receipts.logs import log_fields
 from receipts.operator import iso
 from receipts.review import (
     Decider,
@@ -78,11 +78,9 @@ def _timestamp(text: str) -> datetime:
 
 
 def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
-    settings = load_settings(environ, required=("DATABASE_URL",))
-    configure_logging(settings.log_format)
-    assert settings.database_url is not None
+    settings, database_url = database_settings(environ)
     if args.action == "list":
-        with connect(settings.database_url) as conn:
+        with connect(database_url) as conn:
             rows = list_review(conn, reason=args.reason, include_dismissed=args.all)
         _print_list(rows, as_json=args.json)
         return 0
@@ -92,7 +90,7 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         return 1
     decider = Decider(performed_by=args.by or operator_name(environ), reason=args.reason.strip())
     try:
-        with connect(settings.database_url) as conn, conn.transaction():
+        with connect(database_url) as conn, conn.transaction():
             message = _decide(conn, args, decider, settings.retry_cutoff_hours)
     except Refused as refused:
         print(f"receipts review {args.action}: refused: {refused}", file=sys.stderr)

@@ -13,10 +13,8 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from receipts.config import load_settings
-from receipts.db import connect
-from receipts.logs import configure_logging
-from receipts.operator import DISMISSED, Timeline, find_keys, iso, read_timeline
+from receipts.commands import database_settings
+from receipts.operator import DISMISSED, Timeline, find_keys, iso, read_only_snapshot, read_timeline
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -30,11 +28,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
-    settings = load_settings(environ, required=("DATABASE_URL",))
-    configure_logging(settings.log_format)
-    assert settings.database_url is not None
-    with connect(settings.database_url) as conn, conn.transaction():
-        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+    _settings, database_url = database_settings(environ)
+    with read_only_snapshot(database_url) as conn:
         keys = find_keys(conn, args.target)
         timelines = [read_timeline(conn, key, with_payload=args.payload) for key in keys]
     if not timelines:

@@ -16,10 +16,8 @@ import json
 import re
 from collections.abc import Mapping
 
-from receipts.config import load_settings
-from receipts.db import connect
-from receipts.logs import configure_logging
-from receipts.operator import NO_JIT, Status, duration, read_status
+from receipts.commands import database_settings
+from receipts.operator import Status, duration, read_only_snapshot, read_status
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smh]?)$")
 _UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600}
@@ -46,12 +44,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
-    settings = load_settings(environ, required=("DATABASE_URL",))
-    configure_logging(settings.log_format)
-    assert settings.database_url is not None
-    with connect(settings.database_url) as conn, conn.transaction():
-        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-        conn.execute(NO_JIT)
+    settings, database_url = database_settings(environ)
+    with read_only_snapshot(database_url) as conn:
         status = read_status(conn, retry_cutoff_hours=settings.retry_cutoff_hours)
     max_pending_age = (
         settings.max_pending_age if args.max_pending_age is None else args.max_pending_age

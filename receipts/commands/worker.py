@@ -16,8 +16,7 @@ import threading
 from collections.abc import Mapping
 from types import FrameType
 
-from receipts.config import load_settings
-from receipts.logs import configure_logging
+from receipts.commands import database_settings
 from receipts.worker import (
     DEFAULT_CONCURRENCY,
     DEFAULT_POLL_SECONDS,
@@ -54,8 +53,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
-    settings = load_settings(environ, required=("DATABASE_URL",))
-    configure_logging(settings.log_format)
+    settings, _database_url = database_settings(environ)
     provider = provider_from_settings(settings, concurrency=args.concurrency)
     stop = threading.Event()
     _stop_on_signals(stop)

@@ -21,11 +21,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from receipts.db import Connection
+from receipts.outbox import IMPORTED_FINGERPRINT_PREFIX
 from receipts.receipt import PURPOSE, MalformedEvent, message_key
 from receipts.review import Decider
 
 COLUMNS = ("invoice_id", "account", "mode", "sent_at", "provider_id")
-IMPORTED_FINGERPRINT_PREFIX = "imported:"
 IMPORTED_SOURCE_EVENT = "import"
 
 _INVOICE_ID = re.compile(r"^in_[A-Za-z0-9_]{1,200}$")

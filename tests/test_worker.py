@@ -23,6 +23,9 @@ from receipts.providers import FileSinkProvider, ResendProvider
 from receipts.worker import WorkerSummary, provider_from_settings, retry_delay, run_worker
 from tests import stripe_events
 from tests.fake_provider import FakeProviderClient, running_fake_provider
+from tests.helpers import wait_for
+from tests.outbox_states import insert_pending
+from tests.outbox_states import row as outbox_row
 from tests.stripe_events import TEST_SECRET, encode, sign
 
 Row = dict[str, Any]
@@ -58,31 +61,6 @@ def work(settings: Settings, **options: Any) -> WorkerSummary:
         return run_worker(settings, provider, **options)
     finally:
         provider.close()
-
-
-def insert_pending(db: DB, count: int, prefix: str = "in_1Work") -> list[str]:
-    """Pending rows shaped like ingest's, created in bulk."""
-    rows = db.execute(
-        """INSERT INTO email_outbox (message_key, purpose, account, livemode, invoice_id,
-                                     source_event_id, fingerprint, payload)
-           SELECT 'platform/test/' || inv || '/invoice-paid', 'invoice-paid', 'platform',
-                  false, inv, 'evt_' || inv, 'sha256:' || inv,
-                  jsonb_build_object('from', 'billing@example.com',
-                                     'to', jsonb_build_array('jenny.rosen@example.com'),
-                                     'subject', 'Receipt for ' || inv,
-                                     'text', 'Thanks', 'html', '<p>Thanks</p>')
-             FROM (SELECT %s || lpad(n::text, 6, '0') AS inv
-                     FROM generate_series(1, %s) AS n) AS invoices
-           RETURNING message_key""",
-        (prefix, count),
-    ).fetchall()
-    return sorted(row["message_key"] for row in rows)
-
-
-def outbox_row(db: DB, key: str) -> Row:
-    row = db.execute("SELECT * FROM email_outbox WHERE message_key = %s", (key,)).fetchone()
-    assert row is not None
-    return row
 
 
 def attempts(db: DB, key: str) -> list[Row]:
@@ -433,13 +411,6 @@ def post_paid_invoice(client: FlaskClient) -> str:
     assert response.status_code == 200
     key: str = response.json["message_key"]  # type: ignore[index]
     return key
-
-
-def wait_for(condition: Any, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.02)
 
 
 def test_loop_mode_is_woken_by_notify_and_stops_on_request(

@@ -19,7 +19,9 @@ import pytest
 
 from receipts.cli import main
 from tests.fake_provider import FakeProviderClient
-from tests.test_worker import insert_pending, outbox_row, wait_for
+from tests.helpers import wait_for
+from tests.outbox_states import insert_pending
+from tests.outbox_states import row as outbox_row
 
 Row = dict[str, Any]
 DB = psycopg.Connection[Row]

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -18,18 +17,12 @@ import pytest
 import requests
 
 from tests.fake_provider import FakeProviderClient, running_fake_provider
+from tests.helpers import free_port
 from tests.stripe_events import TEST_SECRET
 from tests.tcp_proxy import TcpProxy
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def through_proxy(database_url: str, proxy: TcpProxy) -> str:
@@ -192,10 +185,3 @@ def start_worker(environ: Mapping[str, str], *args: str) -> subprocess.Popen[str
 def finish(process: subprocess.Popen[str], timeout: float = 60) -> tuple[int, str, str]:
     out, err = process.communicate(timeout=timeout)
     return process.returncode, out, err
-
-
-def wait_for(condition: Callable[[], object], timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.02)

@@ -30,11 +30,11 @@ from tests.faults.conftest import (
     finish,
     start_worker,
     through_proxy,
-    wait_for,
     worker_environ,
 )
+from tests.helpers import wait_for
+from tests.outbox_states import insert_pending
 from tests.tcp_proxy import TcpProxy, Verdict
-from tests.test_worker import insert_pending
 
 Row = dict[str, Any]
 Db = psycopg.Connection[Row]

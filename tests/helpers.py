@@ -1,0 +1,36 @@
+"""Small helpers for tests that start processes, servers and wait for them."""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Callable
+
+import psutil
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def is_running(pid: int) -> bool:
+    """A live process; a zombie waiting to be reaped counts as gone."""
+    try:
+        return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
+    except psutil.NoSuchProcess:
+        return False
+
+
+def wait_for(
+    condition: Callable[[], object], timeout: float = 20.0, what: str = "the condition"
+) -> None:
+    """Poll ``condition`` until it is true; fail the test after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(0.02)

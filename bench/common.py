@@ -9,7 +9,6 @@ import platform
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -24,6 +23,7 @@ import requests
 
 from receipts.embedded import with_database
 from receipts.migrations import migrate
+from tests.helpers import free_port
 from tests.stripe_events import TEST_SECRET, event, invoice, sign
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -52,13 +52,6 @@ def throwaway_database(server_url: str, prefix: str = "receipts_bench") -> Itera
     finally:
         with psycopg.connect(server_url, autocommit=True) as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @dataclass

@@ -21,7 +21,7 @@ from pathlib import Path
 import psycopg
 import requests
 
-from receipts.embedded import with_database
+from receipts.dev.embedded import with_database
 from receipts.migrations import migrate
 from tests.helpers import free_port
 from tests.stripe_events import TEST_SECRET, event, invoice, sign

@@ -19,7 +19,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from receipts.config import Settings, load_settings
-from receipts.embedded import EmbeddedUnavailable, default_data_dir, start_server, with_database
+from receipts.dev.embedded import EmbeddedUnavailable, default_data_dir, start_server, with_database
 from receipts.migrations import migrate
 from receipts.web import create_app
 from tests.stripe_events import TEST_SECRET

@@ -14,7 +14,7 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from receipts.receipt import message_key, resend_tag_value
+from receipts.ingest.receipt import message_key, resend_tag_value
 
 Db = psycopg.Connection[dict[str, Any]]
 

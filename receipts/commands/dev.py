@@ -26,7 +26,9 @@ from types import FrameType
 from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
 
 from receipts.config import Settings, load_settings
-from receipts.devserver import (
+from receipts.delivery.worker import WorkerSummary, provider_from_settings, run_worker
+from receipts.dev.embedded import EmbeddedStartFailed, EmbeddedUnavailable, start_server
+from receipts.dev.state import (
     DEV_EMAIL_FROM,
     DEV_WEBHOOK_URL,
     SECRET_FILE,
@@ -34,11 +36,9 @@ from receipts.devserver import (
     ensure_dev_secret,
     state_dir,
 )
-from receipts.embedded import EmbeddedStartFailed, EmbeddedUnavailable, start_server
 from receipts.logs import configure_logging, log_fields
 from receipts.migrations import migrate
 from receipts.web import create_app
-from receipts.worker import WorkerSummary, provider_from_settings, run_worker
 
 log = logging.getLogger("receipts.dev")
 

@@ -15,9 +15,9 @@ from pathlib import Path
 
 from receipts.commands import database_settings
 from receipts.db import connect
-from receipts.importing import ImportRejected, import_sent, parse_csv
 from receipts.logs import log_fields
-from receipts.review import Decider, operator_name
+from receipts.operations.importing import ImportRejected, import_sent, parse_csv
+from receipts.operations.review import Decider, operator_name
 
 log = logging.getLogger("receipts.import")
 

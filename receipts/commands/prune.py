@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from receipts.commands import database_settings
 from receipts.db import Database
 from receipts.logs import log_fields
-from receipts.retention import (
+from receipts.operations.retention import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_KEEP_DETAILS_DAYS,
     DEFAULT_KEEP_KEYS_DAYS,

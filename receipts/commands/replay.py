@@ -27,7 +27,7 @@ from urllib.parse import urlsplit
 import requests
 
 from receipts.config import ConfigError, load_settings
-from receipts.devserver import DEV_WEBHOOK_URL, read_dev_secret, state_dir
+from receipts.dev.state import DEV_WEBHOOK_URL, read_dev_secret, state_dir
 
 REQUEST_TIMEOUT_SECONDS = 10.0
 MAX_TIMES = 10_000

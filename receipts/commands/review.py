@@ -18,8 +18,8 @@ from typing import Any
 from receipts.commands import database_settings
 from receipts.db import Connection, connect
 from receipts.logs import log_fields
-from receipts.operator import iso
-from receipts.review import (
+from receipts.operations.reports import iso
+from receipts.operations.review import (
     Decider,
     Refused,
     dismiss,
@@ -30,7 +30,7 @@ from receipts.review import (
     retry,
 )
 
-log = logging.getLogger("receipts.review")
+log = logging.getLogger("receipts.operations.review")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

@@ -14,7 +14,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from receipts.commands import database_settings
-from receipts.operator import DISMISSED, Timeline, find_keys, iso, read_only_snapshot, read_timeline
+from receipts.operations.reports import (
+    DISMISSED,
+    Timeline,
+    find_keys,
+    iso,
+    read_only_snapshot,
+    read_timeline,
+)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

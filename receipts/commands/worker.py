@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from types import FrameType
 
 from receipts.commands import database_settings
-from receipts.worker import (
+from receipts.delivery.worker import (
     DEFAULT_CONCURRENCY,
     DEFAULT_POLL_SECONDS,
     provider_from_settings,

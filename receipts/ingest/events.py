@@ -1,0 +1,86 @@
+"""Verify a Stripe webhook delivery and turn it into a decoded event.
+
+The signature is checked over the raw request bytes, before any JSON parsing,
+against every configured secret (rotation, and separate platform and Connect
+endpoints). ``stripe.WebhookSignature.verify_header`` does the check; we pass
+the tolerance explicitly because its default checks no timestamp at all.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import stripe
+
+from receipts.ingest.receipt import EventHeader, MalformedEvent, parse_event
+
+TOLERANCE_SECONDS = 300
+
+
+class RejectedDelivery(Exception):
+    """A delivery we refuse with a 4xx; nothing about it is stored."""
+
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+
+
+def verify_signature(body: bytes, header: str | None, secrets: Sequence[str]) -> str:
+    """Return the body as text if any secret signed it recently; else raise 400."""
+    if not header:
+        raise RejectedDelivery(400, "missing Stripe-Signature header")
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        raise RejectedDelivery(400, "body is not UTF-8") from None
+    failures = []
+    for secret in secrets:
+        try:
+            stripe.WebhookSignature.verify_header(text, header, secret, TOLERANCE_SECONDS)
+            return text
+        except stripe.SignatureVerificationError as exc:
+            failures.append(str(exc))
+    raise RejectedDelivery(400, _describe(failures))
+
+
+def _describe(failures: list[str]) -> str:
+    """One short reason; a stale but correctly signed delivery says so."""
+    if any("tolerance" in failure for failure in failures):
+        return "signature timestamp outside the 300 s tolerance"
+    if any("Unable to extract" in failure for failure in failures):
+        return "malformed Stripe-Signature header"
+    if any("expected scheme" in failure for failure in failures):
+        return "Stripe-Signature header has no v1 signature"
+    return "no signature matches a configured secret"
+
+
+# JSON may escape a lone UTF-16 surrogate ("\ud800") that no database text
+# column can store; only bodies containing such an escape pay for a full check.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89abcdefABCDEF]")
+
+
+def _has_lone_surrogate(event: object) -> bool:
+    try:
+        json.dumps(event, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def decode_event(text: str) -> tuple[EventHeader, dict[str, Any]]:
+    """Parse verified text into the event envelope; raise 400 if it is not one."""
+    try:
+        event = json.loads(text)
+    except (ValueError, RecursionError):
+        raise RejectedDelivery(400, "body is not JSON") from None
+    if _SURROGATE_ESCAPE.search(text) and _has_lone_surrogate(event):
+        raise RejectedDelivery(400, "body contains a \\u escape that is not valid Unicode")
+    try:
+        header = parse_event(event)
+    except MalformedEvent as exc:
+        raise RejectedDelivery(400, f"not a Stripe event: {exc}") from None
+    return header, event

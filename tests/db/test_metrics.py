@@ -1,0 +1,257 @@
+"""GET /metrics and the structured webhook log line: what monitoring sees."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+from flask import Flask
+from flask.testing import FlaskClient
+from prometheus_client.parser import text_string_to_metric_families
+
+from receipts.config import load_settings
+from receipts.logs import configure_logging
+from receipts.web import create_app
+from tests import stripe_events
+from tests.outbox_states import Db, insert_attempt, insert_row
+from tests.stripe_events import TEST_SECRET, encode, sign
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def scrape(
+    client: FlaskClient | None = None, *, text: str | None = None
+) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample as {(name, sorted labels): value}."""
+    if text is None:
+        assert client is not None
+        response = client.get("/metrics")
+        assert response.status_code == 200, response.data
+        assert response.content_type.startswith("text/plain")
+        text = response.get_data(as_text=True)
+    samples = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return samples
+
+
+def value(samples: dict[Any, float], name: str, **labels: str) -> float | None:
+    return samples.get((name, tuple(sorted(labels.items()))))
+
+
+def post_event(
+    client: Any, event: dict[str, Any], secret: str = TEST_SECRET, url: str = "/webhooks/stripe"
+) -> Any:
+    body = encode(event)
+    headers = {"Stripe-Signature": sign(body, secret), "Content-Type": "application/json"}
+    return client.post(url, data=body, headers=headers)
+
+
+def test_outbox_gauges_come_from_the_database(client: FlaskClient, db: Db) -> None:
+    """Rows by status, open review by reason, oldest pending age, time left to the cutoff."""
+    insert_row(db, "in_1M1", available_ago=timedelta(minutes=2))
+    insert_row(db, "in_1M2", attempts=3, first_attempt_ago=timedelta(hours=22))
+    insert_row(db, "in_1M3", status="review", review_reason="attempts_exhausted")
+    insert_row(db, "in_1M4", status="review", review_reason="dismissed")
+    insert_row(db, "in_1M5", status="sent", provider_id="re_1", sent_ago=timedelta(minutes=1))
+    samples = scrape(client)
+    assert value(samples, "receipts_database_up") == 1
+    assert value(samples, "receipts_outbox_rows", status="pending") == 2
+    assert value(samples, "receipts_outbox_rows", status="review") == 2
+    assert value(samples, "receipts_outbox_rows", status="sent") == 1
+    assert value(samples, "receipts_review_rows", reason="attempts_exhausted") == 1
+    assert value(samples, "receipts_review_rows", reason="dismissed") == 1
+    assert value(samples, "receipts_review_open_rows") == 1
+    oldest = value(samples, "receipts_outbox_oldest_pending_age_seconds")
+    assert oldest is not None and 119 < oldest < 180
+    remaining = value(samples, "receipts_retry_cutoff_remaining_seconds")
+    assert remaining is not None and 3540 < remaining <= 3600
+    assert value(samples, "receipts_retry_cutoff_seconds") == 23 * 3600
+    assert value(samples, "receipts_sent_1h") == 1
+
+
+def test_provider_answers_and_latency_of_recent_attempts(client: FlaskClient, db: Db) -> None:
+    """Answers by class and latency from email_attempts of the last 15 minutes only."""
+    key = insert_row(db, "in_1Lat", status="sent", provider_id="re_1")
+    recent = timedelta(minutes=1)
+    insert_attempt(db, key, attempt=1, started_ago=recent, http_status=500, outcome="retry",
+                   duration=timedelta(milliseconds=100))  # fmt: skip
+    insert_attempt(db, key, attempt=2, started_ago=recent, http_status=None, outcome="retry",
+                   duration=timedelta(seconds=10))  # fmt: skip
+    insert_attempt(db, key, attempt=3, started_ago=recent, http_status=422, outcome="review",
+                   duration=timedelta(milliseconds=200))  # fmt: skip
+    insert_attempt(db, key, attempt=4, started_ago=recent, http_status=200, outcome="sent",
+                   duration=timedelta(milliseconds=300))  # fmt: skip
+    insert_attempt(db, key, attempt=5, started_ago=timedelta(hours=2), http_status=200)
+    insert_attempt(db, key, attempt=6, started_ago=recent, http_status=None,
+                   outcome="skipped_cutoff", duration=timedelta(0))  # fmt: skip
+    samples = scrape(client)
+    for answer in ("2xx", "4xx", "5xx", "timeout"):
+        assert value(samples, "receipts_provider_answers", **{"class": answer}) == 1, answer
+    assert value(samples, "receipts_provider_latency_seconds_count") == 4
+    total = value(samples, "receipts_provider_latency_seconds_sum")
+    assert total is not None and abs(total - 10.6) < 0.01
+    median = value(samples, "receipts_provider_latency_quantile_seconds", quantile="0.5")
+    assert median is not None and 0.2 <= median <= 0.3
+
+
+def test_webhook_outcomes_are_counted(client: FlaskClient, db: Db) -> None:
+    """Each Stripe delivery counts under its type, outcome and HTTP code; Stripe
+    redelivering an event counts apart from a second event for the same invoice."""
+    before = scrape(client)
+    invoice = stripe_events.invoice()
+    event = stripe_events.event(invoice)
+    assert post_event(client, event).status_code == 200
+    assert post_event(client, event).status_code == 200
+    assert post_event(client, stripe_events.event(invoice)).status_code == 200
+    assert post_event(client, stripe_events.event(), secret="whsec_wrong").status_code == 400
+    after = scrape(client)
+
+    def delta(**labels: str) -> float:
+        name = "receipts_webhooks_total"
+        return (value(after, name, **labels) or 0) - (value(before, name, **labels) or 0)
+
+    assert delta(source="stripe", type="invoice.paid", outcome="queued", code="200") == 1
+    assert delta(source="stripe", type="invoice.paid", outcome="redelivery", code="200") == 1
+    assert delta(source="stripe", type="invoice.paid", outcome="duplicate", code="200") == 1
+    assert delta(source="stripe", type="unknown", outcome="rejected", code="400") == 1
+
+
+def test_a_scrape_survives_the_database_being_down(environ: dict[str, str]) -> None:
+    """No database: 200 with receipts_database_up 0 and the process counters."""
+    down = {**environ, "DATABASE_URL": "postgresql://postgres@127.0.0.1:1/none",
+            "RECEIPTS_DATABASE_TIMEOUT": "0.5"}  # fmt: skip
+    app = create_app(load_settings(down))
+    try:
+        samples = scrape(app.test_client())
+    finally:
+        app.extensions["receipts"].database.close()
+    assert value(samples, "receipts_database_up") == 0
+    assert value(samples, "receipts_outbox_rows", status="pending") is None
+
+
+@pytest.fixture
+def protected_app(environ: dict[str, str]) -> Iterator[Flask]:
+    app = create_app(load_settings({**environ, "RECEIPTS_METRICS_TOKEN": "s3cret-token"}))
+    yield app
+    app.extensions["receipts"].database.close()
+
+
+def test_a_token_protects_metrics(protected_app: Flask) -> None:
+    """With RECEIPTS_METRICS_TOKEN: missing or wrong bearer token 401, right one 200."""
+    client = protected_app.test_client()
+    assert client.get("/metrics").status_code == 401
+    wrong = client.get("/metrics", headers={"Authorization": "Bearer nope"})
+    assert wrong.status_code == 401 and wrong.headers["WWW-Authenticate"].startswith("Bearer")
+    right = client.get("/metrics", headers={"Authorization": "Bearer s3cret-token"})
+    assert right.status_code == 200 and b"receipts_database_up" in right.data
+
+
+def test_metrics_can_be_disabled(environ: dict[str, str]) -> None:
+    app = create_app(load_settings({**environ, "RECEIPTS_METRICS_ENABLED": "false"}))
+    try:
+        assert app.test_client().get("/metrics").status_code == 404
+    finally:
+        app.extensions["receipts"].database.close()
+
+
+def test_json_log_line_of_a_webhook(client: FlaskClient, capsys: Any) -> None:
+    """LOG_FORMAT=json: one JSON object per webhook with event id, key, outcome and
+    latency, and never the invoice URL or the email body."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    configure_logging("json")
+    try:
+        invoice = stripe_events.invoice(id="in_1Logged")
+        event = stripe_events.event(invoice)
+        assert post_event(client, event).status_code == 200
+    finally:
+        root.handlers[:], root.level = handlers, level
+    lines = [
+        json.loads(line) for line in capsys.readouterr().err.splitlines() if line.startswith("{")
+    ]
+    [line] = [line for line in lines if line["message"] == "stripe webhook"]
+    assert line["event_id"] == event["id"]
+    assert line["key"] == "platform/test/in_1Logged/invoice-paid"
+    assert line["outcome"] == "queued" and isinstance(line["ms"], float)
+    raw = json.dumps(lines)
+    assert invoice["hosted_invoice_url"] not in raw and "invoice.stripe.com" not in raw
+    assert "jenny.rosen@example.com" not in raw and "Thank you" not in raw
+
+
+# --- gunicorn: several worker processes, one set of counters -----------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def gunicorn_url(environ: dict[str, str], tmp_path: Path) -> Iterator[str]:
+    port = _free_port()
+    env = {**os.environ, **environ, "PORT": str(port), "WEB_CONCURRENCY": "3",
+           "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "prom")}  # fmt: skip
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py", "--bind", f"127.0.0.1:{port}",
+         "wsgi:app"],
+        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                requests.get(url + "/healthz", timeout=1)
+                break
+            except requests.RequestException:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("gunicorn did not start") from None
+                time.sleep(0.1)
+        yield url
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=20)
+
+
+def test_gunicorn_workers_share_one_set_of_counters(gunicorn_url: str) -> None:
+    """Under gunicorn with three worker processes every scrape reports all deliveries,
+    whichever process answers it (PROMETHEUS_MULTIPROC_DIR + gunicorn.conf.py)."""
+    deliveries = 12
+    for _ in range(deliveries):
+        fresh = requests.Session()  # a new connection, so the requests spread over workers
+        response = post_event(fresh, stripe_events.event(), url=gunicorn_url + "/webhooks/stripe")
+        assert response.status_code == 200
+    for _ in range(4):
+        text = requests.get(gunicorn_url + "/metrics", timeout=5).text
+        samples = scrape(text=text)
+        queued = value(samples, "receipts_webhooks_total", source="stripe", type="invoice.paid",
+                       outcome="queued", code="200")  # fmt: skip
+        assert queued == deliveries
+        assert value(samples, "receipts_outbox_rows", status="pending") == deliveries
+
+
+def test_alert_rules_only_use_metrics_that_exist(client: FlaskClient, db: Db) -> None:
+    """Every receipts_* series named in docs/alerts.yml is exported by /metrics."""
+    insert_row(db, "in_1Alert", attempts=1, first_attempt_ago=timedelta(hours=1))
+    assert post_event(client, stripe_events.event()).status_code == 200
+    exported = {name for name, _labels in scrape(client)}
+    lines = (ROOT / "docs" / "alerts.yml").read_text().splitlines()
+    rules = "\n".join(line for line in lines if not line.lstrip().startswith("#"))
+    used = set(re.findall(r"\breceipts_[a-z0-9_]+", rules))
+    assert used and used <= exported, used - exported

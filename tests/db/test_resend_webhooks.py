@@ -1,0 +1,238 @@
+"""POST /webhooks/resend: Svix-signed delivery events set delivery_status, once, in order."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from flask import Flask
+from flask.testing import FlaskClient
+from svix.webhooks import Webhook
+
+from receipts.config import ConfigError, load_settings
+from receipts.operations.reports import read_status
+from receipts.web import create_app
+from receipts.web.metrics import WEBHOOKS
+from tests.outbox_states import Db, insert_row, row
+
+SECRET = "whsec_" + base64.b64encode(b"receipts-resend-test-secret-32by").decode()
+_ids = iter(range(1, 10**6))
+
+
+@pytest.fixture
+def resend_app(environ: dict[str, str]) -> Iterator[Flask]:
+    app = create_app(load_settings({**environ, "RESEND_WEBHOOK_SECRET": SECRET}))
+    yield app
+    app.extensions["receipts"].database.close()
+
+
+@pytest.fixture
+def resend(resend_app: Flask) -> FlaskClient:
+    return resend_app.test_client()
+
+
+def event(
+    event_type: str, email_id: str, created_at: str = "2026-11-30T01:00:00.000Z"
+) -> dict[str, Any]:
+    """The shape Resend posts: type, created_at, data.email_id (plus fields we ignore)."""
+    return {
+        "type": event_type,
+        "created_at": created_at,
+        "data": {
+            "created_at": "2026-11-30T00:59:58.000000+00:00",
+            "email_id": email_id,
+            "from": "Billing <billing@example.com>",
+            "to": ["jenny.rosen@example.com"],
+            "subject": "Receipt for invoice ABC-0001",
+        },
+    }
+
+
+def post(
+    client: FlaskClient,
+    document: dict[str, Any] | bytes,
+    *,
+    svix_id: str | None = None,
+    secret: str = SECRET,
+    signed_at: datetime | None = None,
+) -> Any:
+    body = document if isinstance(document, bytes) else json.dumps(document).encode()
+    svix_id = svix_id or f"msg_test{next(_ids)}"
+    stamp = signed_at or datetime.now(UTC)
+    signature = Webhook(secret).sign(svix_id, stamp, body.decode())
+    return client.post(
+        "/webhooks/resend",
+        data=body,
+        headers={
+            "svix-id": svix_id,
+            "svix-timestamp": str(int(stamp.timestamp())),
+            "svix-signature": signature,
+            "Content-Type": "application/json",
+        },
+    )
+
+
+def stored_events(db: Db) -> list[dict[str, Any]]:
+    return db.execute("SELECT * FROM resend_events ORDER BY received_at").fetchall()
+
+
+def test_delivered_sets_delivery_status_on_the_sent_row(resend: FlaskClient, db: Db) -> None:
+    """The row matched by provider id gets delivered + the event's time; status stays sent."""
+    key = insert_row(db, "in_1Deliv", status="sent", provider_id="re_email_1")
+    response = post(resend, event("email.delivered", "re_email_1"))
+    assert response.status_code == 200 and response.json == {"received": True, "outcome": "applied"}
+    after = row(db, key)
+    assert after["status"] == "sent" and after["delivery_status"] == "delivered"
+    assert after["delivery_status_at"] == datetime(2026, 11, 30, 1, tzinfo=UTC)
+    [stored] = stored_events(db)
+    assert (stored["outcome"], stored["message_key"], stored["email_id"]) == (
+        "applied",
+        key,
+        "re_email_1",
+    )
+
+
+def test_a_redelivered_event_changes_nothing(resend: FlaskClient, db: Db) -> None:
+    """Same svix-id twice: stored once, the second answer says duplicate."""
+    insert_row(db, "in_1Dup", status="sent", provider_id="re_email_2")
+    document = event("email.bounced", "re_email_2")
+    assert post(resend, document, svix_id="msg_same").json["outcome"] == "applied"
+    assert post(resend, document, svix_id="msg_same").json["outcome"] == "duplicate"
+    assert len(stored_events(db)) == 1
+
+
+@pytest.mark.parametrize(
+    ("arrivals", "final"),
+    [
+        (["email.delivery_delayed", "email.delivered"], "delivered"),
+        (["email.delivered", "email.delivery_delayed"], "delivered"),
+        (["email.bounced", "email.delivery_delayed"], "bounced"),
+        (["email.delivered", "email.bounced"], "bounced"),
+        (["email.delivered", "email.complained", "email.delivered"], "complained"),
+    ],
+)
+def test_out_of_order_events_never_step_back(
+    resend: FlaskClient, db: Db, arrivals: list[str], final: str
+) -> None:
+    """A late 'delayed' never hides 'delivered' or 'bounced'; a more final status wins."""
+    key = insert_row(db, "in_1Order", status="sent", provider_id="re_email_3")
+    outcomes = [post(resend, event(kind, "re_email_3")).json["outcome"] for kind in arrivals]
+    assert row(db, key)["delivery_status"] == final
+    assert outcomes[0] == "applied"
+    if arrivals[-1] == "email.delivery_delayed":
+        assert outcomes[-1] == "stale"
+
+
+def test_unknown_email_id_is_recorded_answered_and_counted(
+    resend: FlaskClient, db: Db, database_url: str
+) -> None:
+    """No row has this provider id: 200 (Resend cannot fix it by retrying), stored,
+    counted by status and by the webhook counter."""
+    labels = {
+        "source": "resend",
+        "type": "email.delivered",
+        "outcome": "unknown_email",
+        "code": "200",
+    }
+    before = WEBHOOKS.labels(**labels)._value.get()
+    response = post(resend, event("email.delivered", "re_nobody"))
+    assert response.status_code == 200 and response.json["outcome"] == "unknown_email"
+    assert [e["outcome"] for e in stored_events(db)] == ["unknown_email"]
+    assert WEBHOOKS.labels(**labels)._value.get() == before + 1
+    status = read_status(db, retry_cutoff_hours=23)
+    assert status.unknown_delivery_events_24h == 1
+
+
+@pytest.mark.parametrize(
+    "tags",
+    [{"message_key": "platform_test_in_1T_invoice-paid"},
+     [{"name": "message_key", "value": "platform_test_in_1T_invoice-paid"}]],
+    ids=["object", "list"],
+)  # fmt: skip
+def test_the_message_key_tag_is_stored(resend: FlaskClient, db: Db, tags: Any) -> None:
+    """Resend echoes our tags; the message_key tag is kept, to name the receipt of an
+    email id no row has recorded."""
+    document = event("email.delivered", "re_tagged")
+    document["data"]["tags"] = tags
+    assert post(resend, document).json["outcome"] == "unknown_email"
+    [stored] = stored_events(db)
+    assert stored["message_tag"] == "platform_test_in_1T_invoice-paid"
+
+
+def test_other_event_types_are_recorded_and_ignored(resend: FlaskClient, db: Db) -> None:
+    """email.opened and friends change nothing on the row."""
+    key = insert_row(db, "in_1Open", status="sent", provider_id="re_email_4")
+    assert post(resend, event("email.opened", "re_email_4")).json["outcome"] == "ignored"
+    assert row(db, key)["delivery_status"] is None
+    assert [e["event_type"] for e in stored_events(db)] == ["email.opened"]
+
+
+def test_a_pending_row_is_never_touched(resend: FlaskClient, db: Db) -> None:
+    """Only sent rows take a delivery status; nothing moves a row's status."""
+    key = insert_row(db, "in_1Pending", provider_id="re_email_5")
+    before = row(db, key)
+    assert post(resend, event("email.delivered", "re_email_5")).json["outcome"] == "stale"
+    assert row(db, key) == before
+
+
+@pytest.mark.parametrize(
+    ("tamper", "reason"),
+    [
+        ("wrong_secret", "signature not verified"),
+        ("stale", "signature not verified: Message timestamp too old"),
+        ("no_headers", "missing svix-id, svix-timestamp, svix-signature header(s)"),
+        ("garbled", "malformed svix-signature header"),
+    ],
+)
+def test_unverified_deliveries_are_refused(
+    resend: FlaskClient, db: Db, tamper: str, reason: str
+) -> None:
+    """Wrong secret, older than 5 minutes, missing or garbled headers: 400, nothing stored."""
+    key = insert_row(db, "in_1Forged", status="sent", provider_id="re_email_6")
+    document = event("email.bounced", "re_email_6")
+    if tamper == "wrong_secret":
+        other = "whsec_" + base64.b64encode(b"someone-else-entirely-0123456789").decode()
+        response = post(resend, document, secret=other)
+    elif tamper == "stale":
+        response = post(resend, document, signed_at=datetime.now(UTC) - timedelta(minutes=6))
+    elif tamper == "no_headers":
+        response = resend.post("/webhooks/resend", data=json.dumps(document))
+    else:
+        response = resend.post(
+            "/webhooks/resend",
+            data=json.dumps(document),
+            headers={"svix-id": "msg_x", "svix-timestamp": str(int(datetime.now(UTC).timestamp())),
+                     "svix-signature": "garbage"},
+        )  # fmt: skip
+    assert response.status_code == 400
+    assert response.json["error"].startswith(reason)
+    assert stored_events(db) == [] and row(db, key)["delivery_status"] is None
+
+
+def test_signed_but_not_an_event_is_refused(resend: FlaskClient, db: Db) -> None:
+    assert post(resend, b"not json").status_code == 400
+    assert post(resend, {"type": "email.delivered"}).json["error"] == (
+        "not a Resend event: no 'data' object"
+    )
+    assert stored_events(db) == []
+
+
+def test_not_configured_answers_503(client: FlaskClient, db: Db) -> None:
+    """Without RESEND_WEBHOOK_SECRET the endpoint says so (503: Resend keeps retrying
+    until it is configured) and stores nothing."""
+    response = client.post("/webhooks/resend", data=b"{}")
+    assert response.status_code == 503
+    assert "RESEND_WEBHOOK_SECRET" in response.json["error"]
+    assert stored_events(db) == []
+
+
+def test_malformed_secret_stops_start_up(environ: dict[str, str]) -> None:
+    """A secret that is not base64 is a configuration error naming the variable."""
+    settings = load_settings({**environ, "RESEND_WEBHOOK_SECRET": "whsec_!!!not-base64!!!"})
+    with pytest.raises(ConfigError) as error:
+        create_app(settings)
+    assert error.value.variable == "RESEND_WEBHOOK_SECRET"

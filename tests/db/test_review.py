@@ -1,0 +1,473 @@
+"""``receipts review``: each decision applies only in the right state, and is recorded."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+import pytest
+from flask.testing import FlaskClient
+from psycopg.rows import dict_row
+
+from receipts.cli import main
+from receipts.config import load_settings
+from receipts.delivery.worker import provider_from_settings, run_worker
+from receipts.operations.review import Decider, Refused, dismiss, resolve
+from receipts.web import create_app
+from tests import stripe_events
+from tests.db.test_resend_webhooks import SECRET as RESEND_SECRET
+from tests.db.test_resend_webhooks import event as resend_event
+from tests.db.test_resend_webhooks import post as post_resend
+from tests.fake_provider import running_fake_provider
+from tests.outbox_states import Db, actions, insert_attempt, insert_row, row
+from tests.stripe_events import TEST_SECRET, encode, sign
+
+
+@pytest.fixture(autouse=True)
+def _restore_logging() -> Iterator[None]:
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:], root.level = handlers, level
+
+
+@pytest.fixture
+def operator_env(environ: dict[str, str]) -> dict[str, str]:
+    return {**environ, "USER": "carol"}
+
+
+def review(env: dict[str, str], *argv: str) -> int:
+    return main(["review", *argv], env)
+
+
+def unchanged(db: Db, key: str, before: dict[str, Any]) -> bool:
+    return row(db, key) == before and actions(db, key) == []
+
+
+# --- list ---------------------------------------------------------------------
+
+
+def test_list_shows_open_review_rows(operator_env: dict[str, str], db: Db, capsys: Any) -> None:
+    """Open review rows are listed with their reason; dismissed ones only with --all."""
+    exhausted = insert_row(db, "in_1L1", status="review", review_reason="attempts_exhausted")
+    insert_row(
+        db, "in_1L2", status="review", review_reason="missing_customer_email", with_payload=False
+    )
+    closed = insert_row(db, "in_1L3", status="review", review_reason="dismissed")
+    insert_row(db, "in_1L4", status="sent", provider_id="re_1")
+    assert review(operator_env, "list") == 0
+    out = capsys.readouterr().out
+    assert exhausted in out and "missing_customer_email" in out and "no email could be made" in out
+    assert closed not in out and "2 receipt(s)" in out
+    assert review(operator_env, "list", "--reason", "attempts_exhausted", "--json") == 0
+    assert [r["message_key"] for r in json.loads(capsys.readouterr().out)] == [exhausted]
+    assert review(operator_env, "list", "--all") == 0
+    assert closed in capsys.readouterr().out
+
+
+def test_list_when_nothing_waits(operator_env: dict[str, str], capsys: Any) -> None:
+    assert review(operator_env, "list") == 0
+    assert "no receipts in review" in capsys.readouterr().out
+
+
+# --- resolve ------------------------------------------------------------------
+
+
+def test_resolve_marks_sent_and_records_who_and_why(
+    operator_env: dict[str, str], db: Db, capsys: Any
+) -> None:
+    """The provider's logs show it was sent: sent, provider id and time stored, action kept."""
+    key = insert_row(db, "in_1Res", status="review", review_reason="retry_window_elapsed")
+    code = review(
+        operator_env, "resolve", key, "--provider-id", "re_found",
+        "--sent-at", "2026-11-29T10:00:00Z", "--reason", "found in Resend logs",
+    )  # fmt: skip
+    assert code == 0, capsys.readouterr().err
+    after = row(db, key)
+    assert (after["status"], after["provider_id"], after["review_reason"]) == (
+        "sent",
+        "re_found",
+        None,
+    )
+    assert after["sent_at"] == datetime(2026, 11, 29, 10, tzinfo=UTC)
+    [action] = actions(db, key)
+    assert (action["action"], action["performed_by"], action["reason"]) == (
+        "resolve",
+        "carol",
+        "found in Resend logs",
+    )
+    assert action["details"] == {
+        "previous_reason": "retry_window_elapsed",
+        "provider_id": "re_found",
+    }
+
+
+def test_resolve_refuses_a_row_not_in_review(
+    operator_env: dict[str, str], db: Db, capsys: Any
+) -> None:
+    """A pending row is still the worker's: refused, exit 1, nothing changed."""
+    key = insert_row(db, "in_1Pend")
+    before = row(db, key)
+    assert review(operator_env, "resolve", key, "--provider-id", "re_x", "--reason", "x") == 1
+    err = capsys.readouterr().err
+    assert "is pending, not in review" in err and "nothing was changed" in err
+    assert unchanged(db, key, before)
+
+
+@pytest.mark.parametrize("state", ["pending", "processing", "sent"])
+@pytest.mark.parametrize(
+    "decision",
+    [["resolve", "--provider-id", "re_x"], ["retry"], ["dismiss"]],
+    ids=["resolve", "retry", "dismiss"],
+)
+def test_decisions_apply_only_to_review_rows(
+    operator_env: dict[str, str], db: Db, capsys: Any, state: str, decision: list[str]
+) -> None:
+    """resolve, retry and dismiss on a pending, processing or sent row: refused, exit 1,
+    the row and the action log unchanged."""
+    key = insert_row(db, f"in_1State{state}", status=state, provider_id="re_1")
+    before = row(db, key)
+    assert review(operator_env, decision[0], key, *decision[1:], "--reason", "try") == 1
+    assert f"is {state}, not in review" in capsys.readouterr().err
+    assert unchanged(db, key, before)
+
+
+def test_unknown_key_and_bad_arguments_are_refused(
+    operator_env: dict[str, str], capsys: Any
+) -> None:
+    """Unknown key, an invoice id instead of a key, a blank reason: exit 1 with the reason."""
+    assert (
+        review(operator_env, "dismiss", "platform/test/in_1None/invoice-paid", "--reason", "x") == 1
+    )
+    assert "no receipt with message key" in capsys.readouterr().err
+    assert review(operator_env, "dismiss", "in_1None", "--reason", "x") == 1
+    assert "is not a message key" in capsys.readouterr().err
+    assert (
+        review(operator_env, "dismiss", "platform/test/in_1None/invoice-paid", "--reason", " ") == 1
+    )
+    assert "--reason must say why" in capsys.readouterr().err
+
+
+def test_reason_is_required(operator_env: dict[str, str], capsys: Any) -> None:
+    """Every decision needs --reason: a usage error (exit 2) without it."""
+    with pytest.raises(SystemExit) as exit_info:
+        review(operator_env, "dismiss", "platform/test/in_1X/invoice-paid")
+    assert exit_info.value.code == 2
+    assert "--reason" in capsys.readouterr().err
+
+
+# --- retry --------------------------------------------------------------------
+
+
+def test_retry_gives_a_fresh_window_when_no_attempt_reached_the_provider(
+    operator_env: dict[str, str], db: Db
+) -> None:
+    """Only definite rejections so far: pending, attempts 0, no first attempt, ready now."""
+    key = insert_row(
+        db, "in_1Retry", status="review", review_reason="validation_error", attempts=1,
+        first_attempt_ago=timedelta(hours=30),
+    )  # fmt: skip
+    insert_attempt(db, key, started_ago=timedelta(hours=30), http_status=422, outcome="review")
+    assert review(operator_env, "retry", key, "--reason", "fixed the sender domain") == 0
+    after = row(db, key)
+    assert (after["status"], after["attempts"], after["first_attempt_at"]) == ("pending", 0, None)
+    assert after["review_reason"] is None
+    ready = db.execute("SELECT %s <= now() AS ready", (after["available_at"],)).fetchone()
+    assert ready is not None and ready["ready"]
+    [action] = actions(db, key)
+    assert action["action"] == "retry" and action["details"]["previous_attempts"] == 1
+
+
+def test_retry_refuses_when_an_old_attempt_may_have_been_accepted(
+    operator_env: dict[str, str], db: Db, capsys: Any
+) -> None:
+    """A worker died mid-attempt 25 h ago: the provider may have sent it and has since
+    forgotten the key. Refused unless the person accepts the duplicate risk."""
+    key = insert_row(
+        db, "in_1Ambig", status="review", review_reason="retry_window_elapsed", attempts=1,
+        first_attempt_ago=timedelta(hours=25),
+    )  # fmt: skip
+    insert_attempt(db, key, started_ago=timedelta(hours=25), finished=False)
+    before = row(db, key)
+    assert review(operator_env, "retry", key, "--reason", "customer says none") == 1
+    err = capsys.readouterr().err
+    assert "may have reached the provider" in err and "--accept-duplicate-risk" in err
+    assert unchanged(db, key, before)
+
+    assert (
+        review(
+            operator_env, "retry", key, "--accept-duplicate-risk", "--reason", "not in Resend logs"
+        )
+        == 0
+    )
+    after = row(db, key)
+    assert (after["status"], after["first_attempt_at"]) == ("pending", None)
+    [action] = actions(db, key)
+    assert action["details"]["accepted_duplicate_risk"] is True
+
+
+def test_retry_after_a_recent_timeout_keeps_counting_from_it(
+    operator_env: dict[str, str], db: Db, capsys: Any
+) -> None:
+    """A timeout 2 h ago may have been accepted; the provider still knows the key, so a
+    retry is safe, but only until 23 h after that attempt: the window starts there."""
+    key = insert_row(
+        db, "in_1Recent", status="review", review_reason="attempts_exhausted", attempts=10,
+        first_attempt_ago=timedelta(hours=3),
+    )  # fmt: skip
+    insert_attempt(
+        db, key, attempt=1, started_ago=timedelta(hours=3), http_status=500, outcome="retry"
+    )
+    insert_attempt(
+        db, key, attempt=2, started_ago=timedelta(hours=2), http_status=None, outcome="retry"
+    )
+    assert review(operator_env, "retry", key, "--reason", "provider outage over") == 0
+    assert "retry window counts from the uncertain attempt" in capsys.readouterr().out
+    after = row(db, key)
+    attempts = db.execute(
+        "SELECT min(started_at) AS first FROM email_attempts WHERE message_key = %s", (key,)
+    ).fetchone()
+    assert attempts is not None
+    assert after["status"] == "pending" and after["first_attempt_at"] == attempts["first"]
+
+
+def test_retry_refuses_when_the_cutoff_from_an_uncertain_attempt_has_passed(
+    operator_env: dict[str, str], db: Db, capsys: Any
+) -> None:
+    """A timeout 23.5 h ago: the worker stops retrying 23 h after it and the provider
+    forgets the key at 24 h, so no safe retry is left. Refused; accepting the risk
+    gives a fresh window."""
+    key = insert_row(
+        db, "in_1Late", status="review", review_reason="retry_window_elapsed", attempts=4,
+        first_attempt_ago=timedelta(hours=23, minutes=30),
+    )  # fmt: skip
+    insert_attempt(db, key, started_ago=timedelta(hours=23, minutes=30), http_status=None,
+                   outcome="retry")  # fmt: skip
+    before = row(db, key)
+    assert review(operator_env, "retry", key, "--reason", "try again") == 1
+    assert "the retry cutoff counted from it has passed" in capsys.readouterr().err
+    assert unchanged(db, key, before)
+    assert (
+        review(
+            operator_env, "retry", key, "--accept-duplicate-risk", "--reason", "not in Resend logs"
+        )
+        == 0
+    )
+    assert row(db, key)["first_attempt_at"] is None
+
+
+def test_retry_refuses_a_receipt_without_an_email(
+    operator_env: dict[str, str], db: Db, capsys: Any
+) -> None:
+    """A paid invoice with no customer email has nothing to send: refused."""
+    key = insert_row(
+        db,
+        "in_1NoMail",
+        status="review",
+        review_reason="missing_customer_email",
+        with_payload=False,
+    )
+    before = row(db, key)
+    assert review(operator_env, "retry", key, "--reason", "try") == 1
+    assert "has no frozen email" in capsys.readouterr().err
+    assert unchanged(db, key, before)
+
+
+def test_retry_refuses_a_sent_receipt(operator_env: dict[str, str], db: Db, capsys: Any) -> None:
+    key = insert_row(db, "in_1Sent", status="sent", provider_id="re_1")
+    before = row(db, key)
+    assert review(operator_env, "retry", key, "--reason", "try") == 1
+    assert "is sent, not in review" in capsys.readouterr().err
+    assert unchanged(db, key, before)
+
+
+# --- resend -------------------------------------------------------------------
+
+
+def test_resend_queues_a_copy_under_a_new_key(operator_env: dict[str, str], db: Db) -> None:
+    """The copy is pending with the same email (tag = its own key); the original is untouched;
+    both rows carry the action."""
+    key = insert_row(db, "in_1Again", status="sent", provider_id="re_1")
+    before = row(db, key)
+    assert review(operator_env, "resend", key, "--reason", "customer deleted it") == 0
+    copy_key = key + "/resend-1"
+    copy = row(db, copy_key)
+    assert copy["status"] == "pending" and copy["invoice_id"] == "in_1Again"
+    expected = dict(before["payload"])
+    expected["tags"] = [
+        {"name": "message_key", "value": "platform_test_in_1Again_invoice-paid_resend-1"}
+    ]
+    assert copy["payload"] == expected
+    assert row(db, key) == before
+    assert [a["action"] for a in actions(db, key)] == ["resend"]
+    assert actions(db, key)[0]["details"] == {"new_key": copy_key, "recipient_changed": False}
+    assert [a["details"]["resend_of"] for a in actions(db, copy_key)] == [key]
+
+
+def test_resend_to_a_new_recipient(operator_env: dict[str, str], db: Db) -> None:
+    """--to changes the copy's recipient only."""
+    key = insert_row(db, "in_1NewTo", status="sent", provider_id="re_1")
+    assert (
+        review(operator_env, "resend", key, "--to", "ap@example.org", "--reason", "new address")
+        == 0
+    )
+    assert row(db, key + "/resend-1")["payload"]["to"] == ["ap@example.org"]
+    assert row(db, key)["payload"]["to"] == ["jenny.rosen@example.com"]
+
+
+def test_resend_numbers_and_refusals(operator_env: dict[str, str], db: Db, capsys: Any) -> None:
+    """A resend still pending blocks another; once sent, the next is -2 (even when asked
+    on the -1 key); a bad --to and a receipt still being sent are refused."""
+    key = insert_row(db, "in_1Nums", status="sent", provider_id="re_1")
+    assert review(operator_env, "resend", key, "--reason", "one") == 0
+    assert review(operator_env, "resend", key, "--reason", "two") == 1
+    assert "resend-1 is pending" in capsys.readouterr().err
+    db.execute(
+        "UPDATE email_outbox SET status = 'sent', provider_id = 're_2' WHERE message_key = %s",
+        (key + "/resend-1",),
+    )
+    assert review(operator_env, "resend", key + "/resend-1", "--reason", "two") == 0
+    assert row(db, key + "/resend-2")["status"] == "pending"
+    db.execute(
+        "UPDATE email_outbox SET status = 'sent', provider_id = 're_3' WHERE message_key = %s",
+        (key + "/resend-2",),
+    )
+    assert review(operator_env, "resend", key, "--to", "not-an-address", "--reason", "x") == 1
+    assert "is not an email address" in capsys.readouterr().err
+    no_email = insert_row(
+        db, "in_1NoEmail", status="review", review_reason="invalid_customer_email",
+        with_payload=False,
+    )  # fmt: skip
+    assert review(operator_env, "resend", no_email, "--reason", "x") == 1
+    assert "nothing to resend" in capsys.readouterr().err
+    pending = insert_row(db, "in_1StillGoing")
+    assert review(operator_env, "resend", pending, "--reason", "x") == 1
+    assert "still being sent" in capsys.readouterr().err
+    count = db.execute("SELECT count(*) AS n FROM email_outbox").fetchone()
+    assert count is not None and count["n"] == 5
+
+
+# --- dismiss ------------------------------------------------------------------
+
+
+def test_dismiss_closes_a_review_row(operator_env: dict[str, str], db: Db, capsys: Any) -> None:
+    """Dismissed: stays review with reason 'dismissed', stops failing the health check,
+    and cannot be dismissed twice."""
+    key = insert_row(db, "in_1Dis", status="review", review_reason="invalid_customer_email")
+    assert main(["status"], operator_env) == 1
+    assert (
+        review(operator_env, "dismiss", key, "--reason", "Stripe sent its own", "--by", "dan") == 0
+    )
+    after = row(db, key)
+    assert (after["status"], after["review_reason"]) == ("review", "dismissed")
+    [action] = actions(db, key)
+    assert action["performed_by"] == "dan"
+    assert action["details"] == {"previous_reason": "invalid_customer_email"}
+    assert main(["status"], operator_env) == 0
+    capsys.readouterr()
+    assert review(operator_env, "dismiss", key, "--reason", "again") == 1
+    assert "already dismissed" in capsys.readouterr().err
+
+
+def test_two_people_deciding_at_once_one_wins(database_url: str, db: Db) -> None:
+    """The row is locked by the first decision: the second waits, then sees 'sent'
+    and is refused. The row never ends up both resolved and dismissed."""
+    key = insert_row(db, "in_1Race", status="review", review_reason="attempts_exhausted")
+    first = psycopg.connect(database_url, row_factory=dict_row)
+    outcome: dict[str, str] = {}
+
+    def second_person() -> None:
+        with psycopg.connect(database_url, row_factory=dict_row) as conn:
+            try:
+                with conn.transaction():
+                    dismiss(conn, key, Decider(performed_by="bob", reason="duplicate"))
+                outcome["bob"] = "dismissed"
+            except Refused as refused:
+                outcome["bob"] = str(refused)
+
+    with first:
+        resolve(first, key, Decider(performed_by="alice", reason="found"), provider_id="re_a")
+        bob = threading.Thread(target=second_person)
+        bob.start()
+        bob.join(timeout=0.5)
+        assert bob.is_alive(), "the second decision must wait for the first"
+        first.commit()
+        bob.join(timeout=10)
+    assert "is sent, not in review" in outcome["bob"]
+    after = row(db, key)
+    assert (after["status"], after["review_reason"]) == ("sent", None)
+    assert [a["performed_by"] for a in actions(db, key)] == ["alice"]
+
+
+# --- end to end -----------------------------------------------------------------
+
+
+def drain(environ: dict[str, str], provider_url: str) -> None:
+    """One `receipts worker` run (without its signal handlers) against the fake provider."""
+    settings = load_settings(
+        {**environ, "RESEND_API_KEY": "re_ops_test", "RESEND_API_URL": provider_url}
+    )
+    provider = provider_from_settings(settings, concurrency=2)
+    try:
+        summary = run_worker(settings, provider, concurrency=2)
+    finally:
+        provider.close()
+    assert summary.error is None
+
+
+def test_a_rejected_address_is_resent_to_the_right_one_and_delivered(
+    client: FlaskClient, operator_env: dict[str, str], db: Db, capsys: Any
+) -> None:
+    """The whole incident with real parts: Stripe webhook, the worker against a provider
+    that rejects the address (review), `resend --to` and `dismiss`, the worker sending
+    the copy under its own key and tag, and the delivery webhook marking it delivered."""
+    body = encode(stripe_events.event(stripe_events.invoice(id="in_1E2E")))
+    client.post(
+        "/webhooks/stripe", data=body, headers={"Stripe-Signature": sign(body, TEST_SECRET)}
+    )
+    key = "platform/test/in_1E2E/invoice-paid"
+    with running_fake_provider() as fake:
+        fake.script({"status": 422, "name": "validation_error"})
+        drain(operator_env, fake.url)
+        assert (row(db, key)["status"], row(db, key)["review_reason"]) == (
+            "review",
+            "validation_error",
+        )
+        assert main(["status"], operator_env) == 1
+
+        assert (
+            review(operator_env, "resend", key, "--to", "ap@example.org", "--reason", "typo") == 0
+        )
+        assert review(operator_env, "dismiss", key, "--reason", "resent as resend-1") == 0
+        drain(operator_env, fake.url)
+        [delivery] = fake.deliveries()
+
+    copy_key = key + "/resend-1"
+    copy = row(db, copy_key)
+    assert copy["status"] == "sent" and delivery["key"] == copy_key
+    sent = json.loads(delivery["body"])
+    assert sent["to"] == ["ap@example.org"]
+    assert sent["tags"] == [
+        {"name": "message_key", "value": "platform_test_in_1E2E_invoice-paid_resend-1"}
+    ]
+
+    app = create_app(load_settings({**operator_env, "RESEND_WEBHOOK_SECRET": RESEND_SECRET}))
+    try:
+        answer = post_resend(
+            app.test_client(), resend_event("email.delivered", copy["provider_id"])
+        )
+    finally:
+        app.extensions["receipts"].database.close()
+    assert answer.json["outcome"] == "applied"
+    capsys.readouterr()
+    assert main(["status"], operator_env) == 0
+    assert main(["show", "in_1E2E"], operator_env) == 0
+    out = capsys.readouterr().out
+    assert "dismiss by carol: resent as resend-1" in out
+    assert f'resend by carol: typo {{"new_key": "{copy_key}"' in out
+    assert "delivery      delivered" in out

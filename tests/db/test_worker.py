@@ -1,0 +1,525 @@
+"""The worker in-process against real PostgreSQL and a real fake-Resend HTTP server.
+
+Every row of the outcome table in DESIGN.md, the retry cutoff, the attempt
+budget, lease expiry and recovery, a lost lease, NOTIFY wake-ups, the send
+rate cap and graceful stop.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from flask.testing import FlaskClient
+
+from receipts.config import ConfigError, Settings, load_settings
+from receipts.delivery.providers import FileSinkProvider, ResendProvider
+from receipts.delivery.worker import WorkerSummary, provider_from_settings, retry_delay, run_worker
+from tests import stripe_events
+from tests.fake_provider import FakeProviderClient, running_fake_provider
+from tests.helpers import wait_for
+from tests.outbox_states import insert_pending
+from tests.outbox_states import row as outbox_row
+from tests.stripe_events import TEST_SECRET, encode, sign
+
+Row = dict[str, Any]
+DB = psycopg.Connection[Row]
+API_KEY = "re_worker_test"
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeProviderClient]:
+    with running_fake_provider(api_key=API_KEY) as client:
+        yield client
+
+
+@pytest.fixture
+def worker_settings(database_url: str, fake: FakeProviderClient) -> Settings:
+    """Short timeouts and leases so failure cases finish in well under a second."""
+    settings = load_settings(
+        {
+            "DATABASE_URL": database_url,
+            "RESEND_API_KEY": API_KEY,
+            "RESEND_API_URL": fake.url,
+            "RECEIPTS_PROVIDER_TIMEOUT": "0.5",
+            "RECEIPTS_PROVIDER_CONNECT_TIMEOUT": "0.5",
+        }
+    )
+    return replace(settings, lease_seconds=5)
+
+
+def work(settings: Settings, **options: Any) -> WorkerSummary:
+    options.setdefault("concurrency", 4)
+    provider = provider_from_settings(settings, concurrency=options["concurrency"])
+    try:
+        return run_worker(settings, provider, **options)
+    finally:
+        provider.close()
+
+
+def attempts(db: DB, key: str) -> list[Row]:
+    return db.execute(
+        "SELECT * FROM email_attempts WHERE message_key = %s ORDER BY id", (key,)
+    ).fetchall()
+
+
+# --- the happy path ----------------------------------------------------------------
+
+
+def test_drains_every_ready_row_to_sent_and_a_second_run_sends_nothing(
+    db: DB, fake: FakeProviderClient, worker_settings: Settings
+) -> None:
+    keys = insert_pending(db, 25)
+    summary = work(worker_settings)
+    assert (summary.sent, summary.retried, summary.review, summary.error) == (25, 0, 0, None)
+    delivered = {d["key"]: d["id"] for d in fake.deliveries()}
+    for key in keys:
+        row = outbox_row(db, key)
+        assert row["status"] == "sent" and row["provider_id"] == delivered[key]
+        assert row["sent_at"] is not None and row["lease_token"] is None
+        assert row["attempts"] == 1 and row["first_attempt_at"] is not None
+        [attempt] = attempts(db, key)
+        assert (attempt["outcome"], attempt["http_status"], attempt["attempt"]) == ("sent", 200, 1)
+        assert attempt["provider_id"] == row["provider_id"] and attempt["finished_at"]
+    assert work(worker_settings).sent == 0
+    assert fake.stats()["requests"] == 25
+
+
+def test_sends_the_stored_payload_byte_for_byte(
+    db: DB, fake: FakeProviderClient, worker_settings: Settings
+) -> None:
+    [key] = insert_pending(db, 1)
+    stored = db.execute(
+        "SELECT payload::text AS text FROM email_outbox WHERE message_key = %s", (key,)
+    ).fetchone()
+    work(worker_settings)
+    [delivery] = fake.deliveries()
+    assert stored is not None and delivery["body"] == stored["text"]
+    assert delivery["key"] == key
+
+
+def test_sends_run_concurrently_up_to_the_concurrency(
+    db: DB, fake: FakeProviderClient, worker_settings: Settings
+) -> None:
+    fake.configure(latency=0.1)
+    insert_pending(db, 24)
+    assert work(worker_settings, concurrency=4).sent == 24
+    assert 1 < fake.stats()["max_in_flight"] <= 4
+
+
+def test_the_send_rate_cap_spaces_requests(
+    db: DB, fake: FakeProviderClient, worker_settings: Settings
+) -> None:
+    """With RECEIPTS_SEND_RATE=20, ten sends cannot take less than 9/20 s."""
+    insert_pending(db, 10)
+    started = time.monotonic()
+    summary = work(replace(worker_settings, send_rate=20.0), concurrency=8)
+    assert summary.sent == 10
+    assert time.monotonic() - started >= 9 / 20
+
+
+# --- every provider answer --------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("script", "http_status", "error"),
+    [
+        ({"status": 500}, 500, "http_500"),
+        ({"status": 503, "name": "service_unavailable"}, 503, "service_unavailable"),
+        ({"status": 429, "name": "rate_limit_exceeded"}, 429, "rate_limit_exceeded"),
+        ({"status": 409, "name": "concurrent_idempotent_requests"}, 409, None),
+        ({"no_id": True}, 200, "no_provider_id"),
+        ({"delay": 1.5}, None, "timeout"),
+    ],
+)
+def test_answers_that_can_be_retried_leave_the_row_pending_with_a_backoff(
+    db: DB,
+    fake: FakeProviderClient,
+    worker_settings: Settings,
+    script: dict[str, Any],
+    http_status: int | None,
+    error: str | None,
+) -> None:
+    [key] = insert_pending(db, 1)
+    fake.script(script)
+    summary = work(worker_settings)
+    row = outbox_row(db, key)
+    assert summary.retried == 1 and summary.sent == 0
+    assert row["status"] == "pending" and row["attempts"] == 1 and row["lease_token"] is None
+    assert row["last_error"] == (error or "concurrent_idempotent_requests")
+    waited = db.execute(
+        "SELECT extract(epoch FROM available_at - now()) AS s FROM email_outbox"
+    ).fetchone()
+    assert waited is not None and 4 < waited["s"] <= 15  # 15 s first backoff, half jittered
+    [attempt] = attempts(db, key)
+    assert (attempt["outcome"], attempt["http_status"]) == ("retry", http_status)
+    assert attempt["finished_at"] is not None
+
+
+def test_a_refused_connection_leaves_the_row_pending(db: DB, worker_settings: Settings) -> None:
+    [key] = insert_pending(db, 1)
+    closed = replace(worker_settings, resend_api_url="http://127.0.0.1:9")
+    assert work(closed).retried == 1
+    row = outbox_row(db, key)
+    assert (row["status"], row["last_error"]) == ("pending", "connection_error")
+
+
+def test_retry_after_is_honoured(
+    db: DB, fake: FakeProviderClient, worker_settings: Settings
+) -> None:
+    [key] = insert_pending(db, 1)
+    fake.script({"status": 429, "headers": {"Retry-After": "120"}})
+    work(worker_settings)
+    waited = db.execute(
+        "SELECT extract(epoch FROM available_at - now()) AS s FROM email_outbox"
+    ).fetchone()
+    assert waited is not None and 115 < waited["s"] <= 120
+    assert outbox_row(db, key)["status"] == "pending"
+
+
+def test_a_429_pauses_every_send_of_the_worker_for_retry_after(
+    db: DB, fake: FakeProviderClient, worker_settings: Settings
+) -> None:
+    """The other rows are not sent until the provider's Retry-After has passed."""
+    insert_pending(db, 4)
+    fake.script({"status": 429, "headers": {"Retry-After": "1"}})
+    started = time.monotonic()
+    summary = work(worker_settings, concurrency=1)
+    assert (summary.retried, summary.sent) == (1, 3)
+    assert time.monotonic() - started >= 1.0
+
+
+def test_a_retried_row_is_sent_by_a_later_run(
+    db: DB, fake: FakeProviderClient, worker_settings: Settings
+) -> None:
+    [key] = insert_pending(db, 1)
+    fake.script({"status": 500})
+    work(worker_settings)
+    db.execute("UPDATE email_outbox SET available_at = now()")
+    assert work(worker_settings).sent == 1
+    row = outbox_row(db, key)
+    assert (row["status"], row["attempts"]) == ("sent", 2)
+    assert [a["outcome"] for a in attempts(db, key)] == ["retry", "sent"]
+
+
+def test_key_reused_with_another_body_goes_to_review(
+    db: DB, fake: FakeProviderClient, worker_settings: Settings
+) -> None:
+    """409 invalid_idempotent_request: never mint a new key, a person decides."""
+    [key] = insert_pending(db, 1)
+    other = ResendProvider(api_url=fake.url, api_key=API_KEY, connect_timeout=1, read_timeout=1)
+    other.send(key, b'{"from": "a@example.com", "to": ["b@example.com"], "subject": "x"}')
+    summary = work(worker_settings)
+    row = outbox_row(db, key)
+    assert summary.review == 1
+    assert (row["status"], row["review_reason"]) == ("review", "invalid_idempotent_request")
+    [attempt] = attempts(db, key)
+    assert (attempt["outcome"], attempt["http_status"]) == ("review", 409)
+    assert attempt["provider_error"] == "invalid_idempotent_request"
+    assert fake.stats()["deliveries"] == 1
+
+
+def test_a_4xx_about_the_message_goes_to_review_with_the_provider_error(
+    db: DB, fake: FakeProviderClient, worker_settings: Settings
+) -> None:
+    [key] = insert_pending(db, 1)
+    fake.script({"status": 422, "name": "validation_error"})
+    work(worker_settings)
+    row = outbox_row(db, key)
+    assert (row["status"], row["review_reason"]) == ("review", "validation_error")
+
+
+def test_a_bad_api_key_stops_the_run_and_leaves_rows_pending(
+    db: DB, fake: FakeProviderClient, worker_settings: Settings
+) -> None:
+    """401/403 must not push every row to review, nor burn their attempt budget."""
+    keys = insert_pending(db, 30)
+    summary = work(replace(worker_settings, resend_api_key="re_revoked"), concurrency=2)
+    assert summary.exit_code == 2 and summary.error is not None
+    assert "RESEND_API_KEY" in summary.error
+    assert summary.sent == 0 and summary.review == 0
+    assert fake.stats()["requests"] <= 2  # stopped at once, not one 403 per row
+    statuses = db.execute(
+        "SELECT status, attempts, count(*) AS n FROM email_outbox GROUP BY 1, 2"
+    ).fetchall()
+    assert statuses == [{"status": "pending", "attempts": 0, "n": len(keys)}]
+    outcomes = db.execute(
+        "SELECT outcome, http_status FROM email_attempts WHERE outcome IS NOT NULL"
+    ).fetchall()
+    assert outcomes and all(o["outcome"] in ("config_error", "released") for o in outcomes)
+    assert {"outcome": "config_error", "http_status": 403} in outcomes
+
+
+# --- cutoff, budget, leases -------------------------------------------------------
+
+
+def test_a_row_past_the_retry_cutoff_goes_to_review_without_a_call(
+    db: DB, fake: FakeProviderClient, worker_settings: Settings
+) -> None:
+    [key] = insert_pending(db, 1)
+    db.execute(
+        """UPDATE email_outbox
+              SET attempts = 3, first_attempt_at = now() - interval '23 hours 1 minute'"""
+    )
+    summary = work(worker_settings)
+    row = outbox_row(db, key)
+    assert summary.review == 1 and fake.stats()["requests"] == 0
+    assert (row["status"], row["review_reason"], row["attempts"]) == (
+        "review",
+        "retry_window_elapsed",
+        3,
+    )
+    [attempt] = attempts(db, key)
+    assert (attempt["outcome"], attempt["attempt"]) == ("skipped_cutoff", 4)
+
+
+def test_a_row_inside_the_cutoff_is_still_sent(
+    db: DB, fake: FakeProviderClient, worker_settings: Settings
+) -> None:
+    [key] = insert_pending(db, 1)
+    db.execute("UPDATE email_outbox SET first_attempt_at = now() - interval '22 hours 59 minutes'")
+    assert work(worker_settings).sent == 1
+    assert outbox_row(db, key)["status"] == "sent"
+
+
+def test_a_row_with_its_attempt_budget_spent_goes_to_review_without_a_call(
+    db: DB, fake: FakeProviderClient, worker_settings: Settings
+) -> None:
+    [spent, fresh] = insert_pending(db, 2)
+    db.execute(
+        "UPDATE email_outbox SET attempts = 10, first_attempt_at = now() WHERE message_key = %s",
+        (spent,),
+    )
+    summary = work(worker_settings)
+    assert (summary.review, summary.sent) == (1, 1)
+    assert fake.stats()["requests_by_key"] == {fresh: 1}
+    row = outbox_row(db, spent)
+    assert (row["status"], row["review_reason"]) == ("review", "attempts_exhausted")
+    assert [a["outcome"] for a in attempts(db, spent)] == ["skipped_budget"]
+
+
+def test_a_claim_full_of_rows_for_review_does_not_end_the_drain(
+    db: DB, fake: FakeProviderClient, worker_settings: Settings
+) -> None:
+    """Rows moved to review fill a claim; the rows behind them are still sent."""
+    spent = insert_pending(db, 12, prefix="in_1Spent")
+    fresh = insert_pending(db, 2, prefix="in_1Fresh")
+    db.execute(
+        """UPDATE email_outbox SET attempts = 10, first_attempt_at = now(),
+                  available_at = now() - interval '1 hour'
+            WHERE message_key = ANY(%s)""",
+        (spent,),
+    )
+    summary = work(worker_settings, concurrency=1)
+    assert (summary.review, summary.sent) == (12, 2)
+    assert sorted(fake.stats()["requests_by_key"]) == fresh
+
+
+def test_the_retry_cutoff_is_measured_from_the_first_claim(
+    db: DB, fake: FakeProviderClient, worker_settings: Settings
+) -> None:
+    """first_attempt_at is written by the first claim and never moved by later ones."""
+    [key] = insert_pending(db, 1)
+    fake.script({"status": 500})
+    work(worker_settings)
+    first = outbox_row(db, key)["first_attempt_at"]
+    db.execute("UPDATE email_outbox SET available_at = now()")
+    work(worker_settings)
+    assert outbox_row(db, key)["first_attempt_at"] == first
+
+
+def test_an_expired_lease_is_claimed_again_and_the_dead_attempt_stays_ambiguous(
+    db: DB, fake: FakeProviderClient, worker_settings: Settings
+) -> None:
+    [key] = insert_pending(db, 1)
+    db.execute(
+        """WITH dead AS (
+               UPDATE email_outbox
+                  SET status = 'processing', lease_token = gen_random_uuid(), attempts = 1,
+                      first_attempt_at = now() - interval '10 minutes',
+                      locked_until = now() - interval '1 second'
+            RETURNING message_key, lease_token)
+           INSERT INTO email_attempts (message_key, attempt, worker_id, lease_token, started_at)
+           SELECT message_key, 1, 'dead-worker', lease_token, now() - interval '10 minutes'
+             FROM dead"""
+    )
+    assert work(worker_settings).sent == 1
+    row = outbox_row(db, key)
+    assert (row["status"], row["attempts"]) == ("sent", 2)
+    dead, recovered = attempts(db, key)
+    assert dead["outcome"] is None and dead["finished_at"] is None
+    assert (recovered["outcome"], recovered["attempt"]) == ("sent", 2)
+
+
+def test_a_live_lease_is_not_claimed(
+    db: DB, fake: FakeProviderClient, worker_settings: Settings
+) -> None:
+    [key] = insert_pending(db, 1)
+    db.execute(
+        """UPDATE email_outbox SET status = 'processing', lease_token = gen_random_uuid(),
+                  attempts = 1, first_attempt_at = now(),
+                  locked_until = now() + interval '1 minute'"""
+    )
+    assert work(worker_settings).sent == 0
+    assert fake.stats()["requests"] == 0
+    assert outbox_row(db, key)["status"] == "processing"
+
+
+def test_a_lost_lease_is_counted_and_never_overwrites_the_new_holder(
+    db: DB, fake: FakeProviderClient, worker_settings: Settings
+) -> None:
+    """Another worker took the row over while the provider was answering."""
+    [key] = insert_pending(db, 1)
+    fake.script({"hold": 1.0})  # accepted at once, answered a second later
+    patient = replace(worker_settings, provider_timeout=2.0)
+    result: list[WorkerSummary] = []
+    runner = threading.Thread(target=lambda: result.append(work(patient)))
+    runner.start()
+    while fake.stats()["deliveries"] == 0:
+        time.sleep(0.01)
+    new_token = db.execute(
+        """UPDATE email_outbox SET lease_token = gen_random_uuid(),
+                  locked_until = now() + interval '1 minute'
+            RETURNING lease_token"""
+    ).fetchone()
+    runner.join()
+    assert result[0].lease_lost == 1 and result[0].sent == 0
+    row = outbox_row(db, key)
+    assert new_token is not None and row["lease_token"] == new_token["lease_token"]
+    assert row["status"] == "processing" and row["provider_id"] is None
+    [attempt] = attempts(db, key)
+    assert (attempt["outcome"], attempt["http_status"]) == ("lease_lost", 200)
+    assert attempt["provider_id"] == fake.deliveries()[0]["id"]
+
+
+# --- loop mode and stopping -------------------------------------------------------
+
+
+def post_paid_invoice(client: FlaskClient) -> str:
+    body = encode(stripe_events.event())
+    response = client.post(
+        "/webhooks/stripe",
+        data=body,
+        headers={"Stripe-Signature": sign(body, TEST_SECRET), "Content-Type": "application/json"},
+    )
+    assert response.status_code == 200
+    key: str = response.json["message_key"]  # type: ignore[index]
+    return key
+
+
+def test_loop_mode_is_woken_by_notify_and_stops_on_request(
+    db: DB, fake: FakeProviderClient, worker_settings: Settings, client: FlaskClient
+) -> None:
+    """A 60 s poll interval: only NOTIFY can get the new row sent within seconds."""
+    stop = threading.Event()
+    result: list[WorkerSummary] = []
+    runner = threading.Thread(
+        target=lambda: result.append(
+            work(worker_settings, loop=True, stop_event=stop, poll_seconds=60)
+        )
+    )
+    runner.start()
+    try:
+        wait_for(
+            lambda: db.execute(
+                "SELECT 1 FROM pg_stat_activity WHERE query LIKE 'LISTEN%%'"
+            ).fetchone()
+        )
+        first = post_paid_invoice(client)
+        wait_for(lambda: outbox_row(db, first)["status"] == "sent")
+        second = post_paid_invoice(client)
+        wait_for(lambda: outbox_row(db, second)["status"] == "sent")
+    finally:
+        stop.set()
+        runner.join(timeout=10)
+    assert not runner.is_alive()
+    assert result[0].sent == 2
+
+
+def test_stop_finishes_sends_in_flight_and_leaves_the_rest_pending(
+    db: DB, fake: FakeProviderClient, worker_settings: Settings
+) -> None:
+    insert_pending(db, 20)
+    fake.configure(latency=0.3)
+    stop = threading.Event()
+    result: list[WorkerSummary] = []
+    runner = threading.Thread(
+        target=lambda: result.append(work(worker_settings, stop_event=stop, concurrency=2))
+    )
+    runner.start()
+    wait_for(lambda: fake.stats()["in_flight"] > 0)
+    stop.set()
+    runner.join(timeout=10)
+    counts = {
+        row["status"]: row["n"]
+        for row in db.execute("SELECT status, count(*) AS n FROM email_outbox GROUP BY 1")
+    }
+    assert result[0].sent == counts["sent"] and 1 <= counts["sent"] < 20
+    assert counts["pending"] + counts["sent"] == 20
+    assert db.execute(
+        "SELECT count(*) AS n FROM email_attempts WHERE outcome IS NULL"
+    ).fetchone() == {"n": 0}
+
+
+def test_max_seconds_stops_and_releases_the_rows_waiting_for_a_slot(
+    db: DB, fake: FakeProviderClient, worker_settings: Settings
+) -> None:
+    """A cron run ends on time: sends in progress finish, claimed rows not yet
+    sent go back to pending without spending an attempt."""
+    insert_pending(db, 50)
+    fake.configure(latency=0.1)
+    summary = work(worker_settings, concurrency=2, max_seconds=0.3)
+    assert 0 < summary.sent < 50 and summary.released > 0 and summary.error is None
+    rows = db.execute(
+        "SELECT status, max(attempts) AS attempts FROM email_outbox GROUP BY 1 ORDER BY 1"
+    ).fetchall()
+    assert rows == [{"status": "pending", "attempts": 0}, {"status": "sent", "attempts": 1}]
+    assert fake.stats()["requests"] == summary.sent
+
+
+# --- choosing a provider, and the backoff ---------------------------------------
+
+
+def test_the_file_sink_is_used_without_an_api_key(database_url: str, tmp_path: Path) -> None:
+    settings = load_settings({"DATABASE_URL": database_url, "RECEIPTS_MAIL_DIR": str(tmp_path)})
+    assert isinstance(provider_from_settings(settings, concurrency=1), FileSinkProvider)
+
+
+def test_the_file_sink_worker_writes_one_eml_per_receipt(
+    db: DB, database_url: str, tmp_path: Path
+) -> None:
+    insert_pending(db, 3)
+    settings = load_settings({"DATABASE_URL": database_url, "RECEIPTS_MAIL_DIR": str(tmp_path)})
+    assert work(settings).sent == 3
+    db.execute("UPDATE email_outbox SET status = 'pending', available_at = now()")
+    assert work(settings).sent == 3  # the same keys again: the sink writes nothing new
+    assert len(list(tmp_path.glob("*.eml"))) == 3
+
+
+def test_without_a_provider_the_config_error_names_resend_api_key(database_url: str) -> None:
+    settings = load_settings({"DATABASE_URL": database_url})
+    with pytest.raises(ConfigError, match="RESEND_API_KEY"):
+        provider_from_settings(settings, concurrency=1)
+
+
+def test_a_lease_shorter_than_a_send_is_refused(worker_settings: Settings) -> None:
+    with pytest.raises(ConfigError, match="RECEIPTS_LEASE_SECONDS"):
+        work(replace(worker_settings, lease_seconds=1))
+
+
+def test_backoff_doubles_with_jitter_and_stays_bounded() -> None:
+    for attempt, full in [(1, 15.0), (2, 30.0), (3, 60.0), (9, 3600.0), (30, 3600.0)]:
+        delays = [retry_delay(attempt, base=15, cap=3600) for _ in range(200)]
+        assert all(full / 2 <= delay <= full for delay in delays)
+        assert len(set(delays)) > 1
+
+
+def test_backoff_never_retries_before_retry_after_but_caps_it() -> None:
+    assert retry_delay(1, base=15, cap=3600, retry_after=90) == 90
+    assert retry_delay(1, base=15, cap=3600, retry_after=86400) == 3600

@@ -1,0 +1,365 @@
+"""Crash points of sending, on real ``receipts worker`` processes.
+
+The worker reaches PostgreSQL through a TCP proxy the test controls and the
+provider is the fake Resend API in a process of its own. Crashes are SIGKILLs
+sent at a moment the test observes from outside: the claim's COMMIT being
+acknowledged, the provider holding a request, the outcome's UPDATE on its way
+to PostgreSQL. Expired leases are simulated by ageing ``locked_until`` with
+SQL instead of waiting for them.
+
+Every case ends with the same check: nothing lost (each receipt ends ``sent``
+with the id of its one delivery, or in ``review`` with a reason) and nothing
+doubled (deliveries per key at the provider), except the one documented
+duplicate, which must be visible in the attempt log.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+import pytest
+
+from tests.fake_provider import FakeProviderClient
+from tests.helpers import wait_for
+from tests.outbox_states import insert_pending
+from tests.processes.faults.conftest import (
+    finish,
+    start_worker,
+    through_proxy,
+    worker_environ,
+)
+from tests.tcp_proxy import TcpProxy, Verdict
+
+Row = dict[str, Any]
+Db = psycopg.Connection[Row]
+
+COMMIT_ACKNOWLEDGED = b"COMMIT\x00"
+CLAIM_SQL = b"SET status = 'processing'"  # the claim UPDATE (claims._lease)
+RECORD_SQL = b"provider_id = coalesce("  # the outcome UPDATE (claims.record_attempts)
+
+
+def statuses(db: Db) -> dict[str, int]:
+    rows = db.execute("SELECT status, count(*) AS n FROM email_outbox GROUP BY 1").fetchall()
+    return {row["status"]: row["n"] for row in rows}
+
+
+def attempt_log(db: Db, key: str) -> list[Row]:
+    return db.execute(
+        """SELECT attempt, outcome, http_status, finished_at IS NULL AS unfinished
+             FROM email_attempts WHERE message_key = %s ORDER BY id""",
+        (key,),
+    ).fetchall()
+
+
+def age_leases(db: Db) -> int:
+    """Make every lease look expired, as if its worker had died long ago."""
+    return db.execute(
+        """UPDATE email_outbox SET locked_until = now() - interval '1 second'
+            WHERE status = 'processing'"""
+    ).rowcount
+
+
+def assert_nothing_lost_nothing_doubled(
+    db: Db, provider: FakeProviderClient, keys: list[str], deliveries_per_key: int = 1
+) -> None:
+    """Every receipt is sent with the id of its delivery (or in review with a
+    reason); the provider delivered each key exactly ``deliveries_per_key`` times."""
+    rows = db.execute(
+        """SELECT message_key, status, review_reason, provider_id, sent_at, lease_token
+             FROM email_outbox ORDER BY message_key"""
+    ).fetchall()
+    assert [row["message_key"] for row in rows] == sorted(keys)
+    delivered: dict[str, list[str]] = {}
+    for delivery in provider.deliveries():
+        delivered.setdefault(delivery["key"], []).append(delivery["id"])
+    for row in rows:
+        if row["status"] == "review":
+            assert row["review_reason"], row
+            continue
+        assert row["status"] == "sent", row
+        assert row["sent_at"] is not None and row["lease_token"] is None, row
+        assert row["provider_id"] in delivered[row["message_key"]], row
+    assert provider.stats()["deliveries_by_key"] == dict.fromkeys(keys, deliveries_per_key)
+
+
+def kill(process: subprocess.Popen[str]) -> Callable[[], Verdict]:
+    """A proxy action: SIGKILL the worker and reset its database connection."""
+
+    def action() -> Verdict:
+        os.kill(process.pid, signal.SIGKILL)
+        return "cut"
+
+    return action
+
+
+def run_worker(environ: dict[str, str], *args: str) -> str:
+    code, out, err = finish(start_worker(environ, *args))
+    assert code == 0, err
+    return out
+
+
+@pytest.fixture
+def proxied_environ(
+    database_url: str, db_proxy: TcpProxy, fake_provider: FakeProviderClient
+) -> dict[str, str]:
+    return worker_environ(through_proxy(database_url, db_proxy), fake_provider)
+
+
+@pytest.fixture
+def direct_environ(database_url: str, fake_provider: FakeProviderClient) -> dict[str, str]:
+    return worker_environ(database_url, fake_provider)
+
+
+def test_worker_killed_after_claim_before_the_request_sends_once_after_the_lease(
+    db: Db,
+    db_proxy: TcpProxy,
+    fake_provider: FakeProviderClient,
+    proxied_environ: dict[str, str],
+    direct_environ: dict[str, str],
+) -> None:
+    """SIGKILL the moment PostgreSQL acknowledges the claim's COMMIT: the row
+    is leased, its attempt logged as unfinished, and the provider has seen
+    nothing. When the lease expires the next run sends it once."""
+    [key] = insert_pending(db, 1, prefix="in_1Claimed")
+    worker = start_worker(proxied_environ)
+    db_proxy.on_answer_to(CLAIM_SQL, COMMIT_ACKNOWLEDGED, kill(worker))
+    assert worker.wait(timeout=30) == -signal.SIGKILL
+    assert statuses(db) == {"processing": 1}
+    assert attempt_log(db, key) == [
+        {"attempt": 1, "outcome": None, "http_status": None, "unfinished": True}
+    ]
+    assert fake_provider.stats()["requests"] == 0
+
+    age_leases(db)
+    run_worker(direct_environ)
+    assert fake_provider.stats()["requests"] == 1
+    assert [a["outcome"] for a in attempt_log(db, key)] == [None, "sent"]
+    assert_nothing_lost_nothing_doubled(db, fake_provider, [key])
+
+
+def test_worker_killed_while_the_provider_holds_the_request_is_answered_409_then_replayed(
+    db: Db,
+    fake_provider: FakeProviderClient,
+    direct_environ: dict[str, str],
+) -> None:
+    """SIGKILL while the provider is still working on the request (it goes on
+    and delivers). A looping worker that takes the row over at once meets 409
+    "request with this key in progress" and backs off; a later retry gets the
+    first answer replayed. One delivery."""
+    [key] = insert_pending(db, 1, prefix="in_1Held")
+    fake_provider.script({"delay": 2.0})
+    first = start_worker(direct_environ)
+    wait_for(lambda: fake_provider.stats()["in_flight"] == 1)
+    second = start_worker(direct_environ, "--loop", "--poll-seconds", "0.2")
+    try:
+        wait_for(lambda: listening_workers(db) == 1)
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=10)
+        assert fake_provider.stats()["in_flight"] == 1
+        age_leases(db)
+        wait_for(lambda: statuses(db) == {"sent": 1})
+    finally:
+        second.send_signal(signal.SIGTERM)
+    code, _, err = finish(second)
+    assert code == 0, err
+    log = [(a["outcome"], a["http_status"]) for a in attempt_log(db, key)]
+    assert log[0] == (None, None) and log[-1] == ("sent", 200)
+    assert ("retry", 409) in log[1:-1]
+    assert fake_provider.stats()["replays"] == 1
+    assert_nothing_lost_nothing_doubled(db, fake_provider, [key])
+
+
+def listening_workers(db: Db) -> int:
+    row = db.execute(
+        "SELECT count(*) AS n FROM pg_stat_activity"
+        " WHERE query LIKE 'LISTEN%%' AND datname = current_database()"
+    ).fetchone()
+    return row["n"] if row else 0
+
+
+@pytest.mark.parametrize("idempotent", [True, False], ids=["idempotent", "no-idempotency"])
+def test_worker_killed_after_acceptance_before_the_outcome_is_written(
+    db: Db,
+    db_proxy: TcpProxy,
+    fake_provider: FakeProviderClient,
+    proxied_environ: dict[str, str],
+    direct_environ: dict[str, str],
+    idempotent: bool,
+) -> None:
+    """The provider accepted and answered; SIGKILL as the worker's UPDATE with
+    that answer goes out to PostgreSQL. The attempt stays unfinished (the
+    ambiguous attempt) and the lease expires. With the provider's idempotency
+    the retry is replayed: one delivery. Without it (a provider that forgot the
+    key) the retry delivers a second copy: the documented duplicate, visible
+    as two deliveries of one key and an unfinished attempt before the sent one."""
+    fake_provider.configure(idempotency=idempotent)
+    [key] = insert_pending(db, 1, prefix="in_1Accepted")
+    worker = start_worker(proxied_environ)
+    db_proxy.on_client_bytes(RECORD_SQL, kill(worker))
+    assert worker.wait(timeout=30) == -signal.SIGKILL
+    assert statuses(db) == {"processing": 1}
+    assert fake_provider.stats()["deliveries"] == 1
+
+    age_leases(db)
+    run_worker(direct_environ)
+    assert attempt_log(db, key) == [
+        {"attempt": 1, "outcome": None, "http_status": None, "unfinished": True},
+        {"attempt": 2, "outcome": "sent", "http_status": 200, "unfinished": False},
+    ]
+    assert fake_provider.stats()["replays"] == (1 if idempotent else 0)
+    assert_nothing_lost_nothing_doubled(
+        db, fake_provider, [key], deliveries_per_key=1 if idempotent else 2
+    )
+
+
+def test_ambiguous_attempt_older_than_the_retry_cutoff_goes_to_review_unsent(
+    db: Db,
+    db_proxy: TcpProxy,
+    fake_provider: FakeProviderClient,
+    proxied_environ: dict[str, str],
+    direct_environ: dict[str, str],
+) -> None:
+    """The same crash, but nobody retried for 23 h: the provider may have
+    forgotten the key, so the row goes to review (retry_window_elapsed) with
+    no second request. Not lost (a person sees it), not doubled."""
+    [key] = insert_pending(db, 1, prefix="in_1Late")
+    worker = start_worker(proxied_environ)
+    db_proxy.on_client_bytes(RECORD_SQL, kill(worker))
+    worker.wait(timeout=30)
+    db.execute("UPDATE email_outbox SET first_attempt_at = now() - interval '23 hours 1 minute'")
+    fake_provider.advance_clock(24 * 3600 + 60)
+
+    age_leases(db)
+    run_worker(direct_environ)
+    row = db.execute("SELECT status, review_reason FROM email_outbox").fetchone()
+    assert row == {"status": "review", "review_reason": "retry_window_elapsed"}
+    assert fake_provider.stats()["requests"] == 1
+    assert_nothing_lost_nothing_doubled(db, fake_provider, [key])
+
+
+def test_database_cut_in_the_middle_of_a_batch_nothing_half_written_batch_resumes(
+    db: Db,
+    db_proxy: TcpProxy,
+    fake_provider: FakeProviderClient,
+    proxied_environ: dict[str, str],
+) -> None:
+    """A looping worker is halfway through 60 rows when every connection to
+    PostgreSQL is reset and new ones are refused for half a second (as in a
+    database restart). Answers it could not record leave their rows leased;
+    once those leases expire the same process, never restarted, replays them.
+    Every row ends sent with its one delivery; no row is sent without a
+    provider id, and every attempt is either finished or the ambiguous one."""
+    keys = insert_pending(db, 60, prefix="in_1Cut")
+    fake_provider.configure(latency=0.02)
+    worker = start_worker(proxied_environ, "--loop", "--concurrency", "4", "--poll-seconds", "0.2")
+    try:
+        wait_for(lambda: fake_provider.stats()["deliveries"] >= 15)
+        db_proxy.refuse(True)
+        assert db_proxy.cut() > 0
+        time.sleep(0.5)
+        db_proxy.refuse(False)
+
+        wait_for(lambda: "pending" not in statuses(db))
+        wait_for(lambda: fake_provider.stats()["in_flight"] == 0)
+        age_leases(db)
+        wait_for(lambda: statuses(db) == {"sent": 60})
+    finally:
+        worker.send_signal(signal.SIGTERM)
+    code, _, err = finish(worker)
+    assert code == 0, err
+    assert_nothing_lost_nothing_doubled(db, fake_provider, keys)
+    half_written = db.execute(
+        """SELECT count(*) AS n FROM email_attempts
+            WHERE (outcome IS NULL) <> (finished_at IS NULL)"""
+    ).fetchone()
+    assert half_written == {"n": 0}
+
+
+@pytest.mark.parametrize(
+    ("answers", "environ_extra"),
+    [
+        pytest.param(
+            [{"delay": 1.0}], {"RECEIPTS_PROVIDER_TIMEOUT": "0.3"}, id="slower-than-timeout"
+        ),
+        pytest.param(
+            [{"status": status} for status in (500, 502, 503, 500, 500, 504) * 3],
+            {},
+            id="5xx-storm",
+        ),
+        pytest.param(
+            [{"status": 429, "headers": {"Retry-After": "1"}, "name": "rate_limit_exceeded"}] * 2,
+            {},
+            id="429-retry-after",
+        ),
+    ],
+)
+def test_provider_trouble_ends_with_one_delivery_per_receipt(
+    db: Db,
+    fake_provider: FakeProviderClient,
+    direct_environ: dict[str, str],
+    answers: list[dict[str, Any]],
+    environ_extra: dict[str, str],
+) -> None:
+    """Timeouts while the provider still delivers, a storm of 5xx, 429 with
+    Retry-After: a looping worker keeps retrying with the same key until every
+    receipt is sent, and each is delivered exactly once."""
+    keys = insert_pending(db, 12, prefix="in_1Trouble")
+    fake_provider.script(*answers)
+    worker = start_worker(
+        {**direct_environ, **environ_extra}, "--loop", "--concurrency", "4", "--poll-seconds", "0.2"
+    )
+    try:
+        wait_for(lambda: statuses(db) == {"sent": 12}, timeout=40)
+    finally:
+        worker.send_signal(signal.SIGTERM)
+    code, _, err = finish(worker)
+    assert code == 0, err
+    assert_nothing_lost_nothing_doubled(db, fake_provider, keys)
+    retried = db.execute(
+        "SELECT count(*) AS n FROM email_attempts WHERE outcome = 'retry'"
+    ).fetchone()
+    assert retried is not None and retried["n"] >= len(answers)
+
+
+def test_429_retry_after_pauses_every_send_of_the_worker(
+    db: Db, fake_provider: FakeProviderClient, direct_environ: dict[str, str]
+) -> None:
+    """After a 429 with Retry-After: 1, no request of that worker starts
+    sooner than one second later."""
+    insert_pending(db, 6, prefix="in_1Paced")
+    fake_provider.script({"status": 429, "headers": {"Retry-After": "1"}})
+    run_worker(direct_environ, "--concurrency", "1")
+    db.execute("UPDATE email_outbox SET available_at = now() WHERE status = 'pending'")
+    run_worker(direct_environ, "--concurrency", "1")
+    attempts = db.execute(
+        "SELECT started_at, finished_at, http_status FROM email_attempts ORDER BY started_at"
+    ).fetchall()
+    limited = next(a for a in attempts if a["http_status"] == 429)
+    later = [a for a in attempts if a["started_at"] > limited["finished_at"]]
+    assert later, attempts
+    first_after = min(a["started_at"] for a in later)
+    assert (first_after - limited["finished_at"]).total_seconds() >= 0.9
+    assert statuses(db) == {"sent": 6}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("processes", [2, 4])
+def test_racing_worker_processes_request_every_key_once(
+    db: Db, fake_provider: FakeProviderClient, direct_environ: dict[str, str], processes: int
+) -> None:
+    """Two, then four worker processes started together over the same 2,000
+    rows: SKIP LOCKED and leases mean each key is requested exactly once."""
+    keys = insert_pending(db, 2000, prefix="in_1Race")
+    workers = [start_worker(direct_environ, "--concurrency", "8") for _ in range(processes)]
+    results = [finish(worker, timeout=120) for worker in workers]
+    assert [code for code, _, _ in results] == [0] * processes, [err for _, _, err in results]
+    assert fake_provider.stats()["requests_by_key"] == dict.fromkeys(keys, 1)
+    assert_nothing_lost_nothing_doubled(db, fake_provider, keys)
+    sent_by_each = [int(out.split("sent=")[1].split()[0]) for _, out, _ in results]
+    assert sum(sent_by_each) == 2000

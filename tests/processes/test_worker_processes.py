@@ -1,0 +1,205 @@
+"""``receipts worker`` as real processes: racing workers, SIGKILL, SIGTERM, exit codes.
+
+The fake provider runs as a process of its own (``python -m tests.fake_provider``),
+as it would for a fleet of workers.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from receipts.cli import main
+from tests.fake_provider import FakeProviderClient
+from tests.helpers import wait_for
+from tests.outbox_states import insert_pending
+from tests.outbox_states import row as outbox_row
+
+Row = dict[str, Any]
+DB = psycopg.Connection[Row]
+API_KEY = "re_process_test"
+ROOT = Path(__file__).resolve().parents[2]
+RECEIPTS = [sys.executable, "-m", "receipts.cli"]
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeProviderClient]:
+    """The fake provider in its own process, on a free port."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tests.fake_provider", "--port", "0", "--api-key", API_KEY],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdout is not None
+    line = process.stdout.readline()
+    assert line.startswith("listening on "), line
+    try:
+        yield FakeProviderClient(line.split()[-1])
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+def worker_env(database_url: str, fake: FakeProviderClient, **extra: str) -> dict[str, str]:
+    env = {
+        "PATH": os.environ.get("PATH", ""),
+        "DATABASE_URL": database_url,
+        "RESEND_API_KEY": API_KEY,
+        "RESEND_API_URL": fake.url,
+        "RECEIPTS_PROVIDER_TIMEOUT": "2",
+        "RECEIPTS_PROVIDER_CONNECT_TIMEOUT": "1",
+        "LOG_FORMAT": "json",
+    }
+    env.update(extra)
+    return env
+
+
+def start_worker(env: dict[str, str], *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [*RECEIPTS, "worker", *args],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def finish(process: subprocess.Popen[str], timeout: float = 60) -> tuple[int, str, str]:
+    out, err = process.communicate(timeout=timeout)
+    return process.returncode, out, err
+
+
+def test_two_workers_racing_over_1000_rows_request_and_deliver_each_key_once(
+    db: DB, database_url: str, fake: FakeProviderClient
+) -> None:
+    """SKIP LOCKED + leases: two processes never send the same row; a third run has nothing."""
+    keys = insert_pending(db, 1000)
+    fake.configure(latency=0.005)
+    env = worker_env(database_url, fake)
+    workers = [start_worker(env, "--concurrency", "8") for _ in range(2)]
+    results = [finish(worker) for worker in workers]
+    assert [code for code, _, _ in results] == [0, 0], [err for _, _, err in results]
+    stats = fake.stats()
+    assert stats["requests_by_key"] == dict.fromkeys(keys, 1)
+    assert stats["deliveries_by_key"] == dict.fromkeys(keys, 1)
+    assert db.execute("SELECT status, count(*) AS n FROM email_outbox GROUP BY 1").fetchall() == [
+        {"status": "sent", "n": 1000}
+    ]
+    sent_by_each = [int(out.split("sent=")[1].split()[0]) for _, out, _ in results]
+    assert sum(sent_by_each) == 1000 and min(sent_by_each) > 0
+    code, out, _ = finish(start_worker(env))
+    assert code == 0 and "sent=0 " in out
+    assert fake.stats()["requests"] == 1000
+
+
+def test_a_worker_killed_after_the_provider_accepted_is_replayed_without_a_second_delivery(
+    db: DB, database_url: str, fake: FakeProviderClient
+) -> None:
+    """SIGKILL between acceptance and recording: the next run replays the same key."""
+    [key] = insert_pending(db, 1)
+    fake.script({"hold": 2.0})  # the answer comes late: time to kill the worker first
+    env = worker_env(database_url, fake)
+    worker = start_worker(env)
+    wait_for(lambda: fake.stats()["deliveries"] == 1)
+    worker.send_signal(signal.SIGKILL)
+    worker.wait(timeout=10)
+    row = outbox_row(db, key)
+    assert row["status"] == "processing" and row["provider_id"] is None
+    [ambiguous] = db.execute("SELECT * FROM email_attempts").fetchall()
+    assert ambiguous["outcome"] is None and ambiguous["finished_at"] is None
+    wait_for(lambda: fake.stats()["in_flight"] == 0)
+
+    db.execute("UPDATE email_outbox SET locked_until = now() - interval '1 second'")
+    code, _, err = finish(start_worker(env))
+    assert code == 0, err
+    stats = fake.stats()
+    [delivery] = fake.deliveries()
+    assert stats["deliveries"] == 1 and stats["requests"] == 2 and stats["replays"] == 1
+    row = outbox_row(db, key)
+    assert (row["status"], row["provider_id"], row["attempts"]) == ("sent", delivery["id"], 2)
+    outcomes = [r["outcome"] for r in db.execute("SELECT outcome FROM email_attempts ORDER BY id")]
+    assert outcomes == [None, "sent"]
+
+
+def test_loop_worker_sends_new_rows_and_exits_0_on_sigterm(
+    db: DB, database_url: str, fake: FakeProviderClient
+) -> None:
+    """The row is inserted without a NOTIFY: the polling fallback finds it."""
+    env = worker_env(database_url, fake)
+    worker = start_worker(env, "--loop", "--poll-seconds", "0.2")
+    try:
+        [key] = insert_pending(db, 1)
+        wait_for(lambda: outbox_row(db, key)["status"] == "sent", timeout=20)
+    finally:
+        worker.send_signal(signal.SIGTERM)
+    code, out, err = finish(worker, timeout=20)
+    assert code == 0, err
+    assert "sent=1 " in out
+
+
+def test_sigterm_during_sends_finishes_or_releases_every_row(
+    db: DB, database_url: str, fake: FakeProviderClient
+) -> None:
+    insert_pending(db, 40)
+    fake.configure(latency=0.3)
+    worker = start_worker(worker_env(database_url, fake), "--loop", "--concurrency", "4")
+    wait_for(lambda: fake.stats()["in_flight"] > 0, timeout=20)
+    worker.send_signal(signal.SIGTERM)
+    code, _, err = finish(worker, timeout=20)
+    assert code == 0, err
+    statuses = {
+        r["status"] for r in db.execute("SELECT DISTINCT status FROM email_outbox").fetchall()
+    }
+    assert statuses <= {"sent", "pending"} and "pending" in statuses
+    unfinished = db.execute(
+        "SELECT count(*) AS n FROM email_attempts WHERE outcome IS NULL"
+    ).fetchone()
+    assert unfinished == {"n": 0}
+
+
+def test_a_refused_api_key_exits_2_naming_it_and_leaves_rows_pending(
+    db: DB, database_url: str, fake: FakeProviderClient
+) -> None:
+    insert_pending(db, 10)
+    env = worker_env(database_url, fake, RESEND_API_KEY="re_revoked")
+    code, _, err = finish(start_worker(env))
+    assert code == 2
+    assert "RESEND_API_KEY" in err and "403" in err
+    assert db.execute(
+        "SELECT status, sum(attempts) AS a FROM email_outbox GROUP BY 1"
+    ).fetchall() == [{"status": "pending", "a": 0}]
+
+
+def test_no_provider_configured_exits_2_naming_resend_api_key(database_url: str) -> None:
+    result = subprocess.run(
+        [*RECEIPTS, "worker"],
+        cwd=ROOT,
+        env={"PATH": os.environ.get("PATH", ""), "DATABASE_URL": database_url},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert result.returncode == 2 and "RESEND_API_KEY" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "args", [["--concurrency", "0"], ["--max-seconds", "soon"], ["--poll-seconds", "-1"]]
+)
+def test_bad_options_are_refused_with_a_message(
+    args: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Refused while parsing the command line, before anything connects or sends."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(["worker", *args], environ={})
+    assert exit_info.value.code == 2
+    assert args[0] in capsys.readouterr().err

@@ -1,0 +1,84 @@
+"""Settings: read once, every problem reported on one line naming the variable."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from receipts.config import WEB_REQUIRES, ConfigError, load_settings
+
+ROOT = Path(__file__).resolve().parents[2]
+VALID = {
+    "DATABASE_URL": "postgresql://postgres@127.0.0.1:5432/receipts",
+    "STRIPE_WEBHOOK_SECRET": "whsec_a",
+    "EMAIL_FROM": "billing@example.com",
+}
+
+
+def test_defaults_follow_the_design() -> None:
+    settings = load_settings(VALID, required=WEB_REQUIRES)
+    assert settings.resend_api_url == "https://api.resend.com"
+    assert settings.retry_cutoff_hours == 23.0
+    assert settings.max_attempts == 10
+    assert settings.provider_timeout <= 10.0
+    assert settings.send_rate == 0.0
+
+
+def test_several_webhook_secrets_are_comma_separated() -> None:
+    settings = load_settings({**VALID, "STRIPE_WEBHOOK_SECRET": "whsec_a, whsec_b,"})
+    assert settings.stripe_webhook_secrets == ("whsec_a", "whsec_b")
+
+
+@pytest.mark.parametrize("variable", WEB_REQUIRES)
+def test_missing_required_setting_names_the_variable(variable: str) -> None:
+    environ = {k: v for k, v in VALID.items() if k != variable}
+    with pytest.raises(ConfigError, match=f"^{variable}: is required"):
+        load_settings(environ, required=WEB_REQUIRES)
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "problem"),
+    [
+        ("DATABASE_URL", "mysql://x", "postgresql://"),
+        ("STRIPE_WEBHOOK_SECRET", "whsec_a,sk_live_b", "secret #2"),
+        ("EMAIL_FROM", "billing", "email address"),
+        ("RESEND_API_URL", "ftp://x", "http"),
+        ("RECEIPTS_SEND_RATE", "fast", "number"),
+        ("RECEIPTS_SEND_RATE", "-1", "at least"),
+        ("RECEIPTS_RETRY_CUTOFF_HOURS", "24", "below the provider's 24 h"),
+        ("RECEIPTS_PROVIDER_TIMEOUT", "30", "at most 10"),
+        ("RECEIPTS_SEND_ZERO_VALUE", "maybe", "true or false"),
+        ("RECEIPTS_LOCALE", "xx_NOPE", "unknown locale"),
+        ("LOG_FORMAT", "xml", "one of"),
+    ],
+)
+def test_malformed_setting_names_the_variable_and_problem(
+    variable: str, value: str, problem: str
+) -> None:
+    with pytest.raises(ConfigError) as raised:
+        load_settings({**VALID, variable: value})
+    message = str(raised.value)
+    assert message.startswith(f"{variable}: ") and problem in message
+    assert "\n" not in message
+
+
+def test_gunicorn_refuses_to_start_with_a_bad_setting() -> None:
+    """The web process stops (it does not restart workers forever) and names the variable."""
+    environ = {k: v for k, v in VALID.items() if k != "EMAIL_FROM"}
+    environ["PATH"] = str(Path(sys.executable).parent)
+    result = subprocess.run(
+        [str(Path(sys.executable).parent / "gunicorn"), "wsgi:app", "--bind", "127.0.0.1:0"],
+        cwd=ROOT,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    # The worker exits with gunicorn's boot-error code and the arbiter halts;
+    # gunicorn itself then exits 1 or 3 depending on where the halt unwinds.
+    assert result.returncode != 0
+    assert "Worker failed to boot." in result.stderr
+    assert "receipts: configuration error: EMAIL_FROM: is required but not set" in result.stderr

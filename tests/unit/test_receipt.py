@@ -1,0 +1,184 @@
+"""The pure event-to-receipt function and the email rendering."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from receipts.ingest.receipt import (
+    Ignored,
+    MalformedEvent,
+    ReceiptJob,
+    UnsendableReceipt,
+    derive_receipt,
+    parse_event,
+    resend_tag_value,
+)
+from receipts.ingest.rendering import Renderer, format_amount
+from tests import stripe_events
+
+RENDERER = Renderer()
+FROM = "Billing <billing@example.com>"
+
+
+def derive(event: dict[str, Any], **options: Any) -> Any:
+    return derive_receipt(parse_event(event), RENDERER, email_from=FROM, **options)
+
+
+def test_paid_invoice_becomes_a_job_with_the_scoped_key() -> None:
+    """Platform, test mode: platform/test/{invoice}/invoice-paid, email frozen."""
+    invoice = stripe_events.invoice(id="in_1Abc")
+    job = derive(stripe_events.event(invoice))
+    assert isinstance(job, ReceiptJob)
+    assert job.message_key == "platform/test/in_1Abc/invoice-paid"
+    assert job.payload["from"] == FROM
+    assert job.payload["to"] == ["jenny.rosen@example.com"]
+    assert "is paid" in job.payload["subject"]
+    assert "$19.99" in job.payload["text"] and "$19.99" in job.payload["html"]
+    assert invoice["hosted_invoice_url"] in job.payload["text"]
+    assert job.payload["tags"] == [
+        {"name": "message_key", "value": "platform_test_in_1Abc_invoice-paid"}
+    ]
+
+
+def test_connect_and_live_mode_are_part_of_the_key() -> None:
+    """The same invoice id under another account or mode is another message."""
+    invoice = stripe_events.invoice(id="in_1Same")
+    keys = {
+        derive(stripe_events.event(invoice, account=account, livemode=live)).message_key
+        for account in (None, "acct_1A", "acct_1B")
+        for live in (False, True)
+    }
+    assert keys == {
+        f"{account}/{mode}/in_1Same/invoice-paid"
+        for account in ("platform", "acct_1A", "acct_1B")
+        for mode in ("test", "live")
+    }
+
+
+def test_other_events_and_unpaid_invoices_are_ignored() -> None:
+    assert derive(stripe_events.event(type="invoice.created")) == Ignored(
+        reason="event_type_not_handled"
+    )
+    unpaid = stripe_events.invoice(status="open")
+    assert derive(stripe_events.event(unpaid)) == Ignored(reason="invoice_not_paid")
+
+
+def test_zero_value_policy_is_configurable() -> None:
+    """Zero-value invoices are skipped by default and sent when asked."""
+    zero = stripe_events.event(stripe_events.invoice(amount_paid=0))
+    assert derive(zero) == Ignored(reason="zero_value")
+    assert isinstance(derive(zero, send_zero_value=True), ReceiptJob)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "reason"),
+    [
+        ({"customer_email": None}, "missing_customer_email"),
+        ({"customer_email": "   "}, "missing_customer_email"),
+        ({"customer_email": "not-an-address"}, "invalid_customer_email"),
+        ({"hosted_invoice_url": None}, "invalid_hosted_invoice_url"),
+        ({"hosted_invoice_url": "http://invoice.stripe.com/i/x"}, "invalid_hosted_invoice_url"),
+        ({"hosted_invoice_url": "https://evil.example/i/x"}, "invalid_hosted_invoice_url"),
+        (
+            {"hosted_invoice_url": "https://invoice.stripe.com.evil.example/x"},
+            "invalid_hosted_invoice_url",
+        ),
+        ({"amount_paid": "1999"}, "invalid_amount_paid"),
+        ({"currency": 7}, "invalid_currency"),
+    ],
+)
+def test_paid_invoice_without_a_usable_email_needs_review(
+    overrides: dict[str, Any], reason: str
+) -> None:
+    """It keeps its key (so it is visible and deduplicated) and says why."""
+    decision = derive(stripe_events.event(stripe_events.invoice(id="in_1Bad", **overrides)))
+    assert decision == UnsendableReceipt(
+        message_key="platform/test/in_1Bad/invoice-paid",
+        invoice_id="in_1Bad",
+        reason=reason,
+        fingerprint=decision.fingerprint,
+    )
+
+
+@pytest.mark.parametrize(
+    "event",
+    [
+        [],
+        {"id": "evt_1", "type": "invoice.paid", "livemode": False},
+        {"id": "nope", "type": "invoice.paid", "livemode": False, "data": {"object": {}}},
+        {"id": "evt_1", "type": "invoice.paid", "livemode": "no", "data": {"object": {}}},
+        {"id": "evt_1", "type": 5, "livemode": False, "data": {"object": {}}},
+        {
+            "id": "evt_1",
+            "type": "invoice.paid",
+            "livemode": False,
+            "account": "x",
+            "data": {"object": {}},
+        },
+    ],
+)
+def test_malformed_envelopes_are_rejected(event: Any) -> None:
+    with pytest.raises(MalformedEvent):
+        parse_event(event)
+
+
+def test_invoice_paid_without_an_invoice_id_is_malformed() -> None:
+    with pytest.raises(MalformedEvent, match="invoice id"):
+        derive(stripe_events.event({"object": "invoice", "status": "paid"}))
+
+
+def test_fingerprint_ignores_rendering_but_not_meaning() -> None:
+    """A template change is not a conflict; a different amount or recipient is."""
+    invoice = stripe_events.invoice(id="in_1Fp")
+    base = derive(stripe_events.event(invoice))
+    other_template = derive_receipt(
+        parse_event(stripe_events.event(invoice)), Renderer(locale="de_DE"), email_from=FROM
+    )
+    assert other_template.fingerprint == base.fingerprint
+    assert other_template.payload != base.payload
+    for change in ({"amount_paid": 2000}, {"customer_email": "b@example.com"}):
+        changed = derive(stripe_events.event({**invoice, **change}))
+        assert changed.fingerprint != base.fingerprint
+
+
+@pytest.mark.parametrize(
+    ("amount", "currency", "shown"),
+    [
+        (1999, "usd", "$19.99"),
+        (1500, "jpy", "¥1,500"),
+        (50000, "krw", "₩50,000"),
+        (12345, "bhd", "BHD12.345"),
+        (1000, "kwd", "KWD1.000"),
+        (50000, "isk", "ISK500"),
+    ],
+)
+def test_amounts_follow_each_currency_minor_unit(amount: int, currency: str, shown: str) -> None:
+    assert format_amount(amount, currency, "en_US") == shown
+
+
+def test_templates_can_be_overridden_from_a_directory(tmp_path: Any) -> None:
+    """A user's directory wins over the packaged template of the same name."""
+    folder = tmp_path / "invoice_paid"
+    folder.mkdir()
+    (folder / "subject.txt").write_text("Paid: {{ invoice.number }} ({{ amount }})")
+    renderer = Renderer(template_dir=tmp_path)
+    job = derive_receipt(
+        parse_event(stripe_events.event(stripe_events.invoice(number="N-1"))),
+        renderer,
+        email_from=FROM,
+    )
+    assert job.payload["subject"] == "Paid: N-1 ($19.99)"
+    assert "Download a PDF" in job.payload["text"]
+
+
+def test_html_escapes_invoice_fields() -> None:
+    invoice = stripe_events.invoice(customer_name="<script>x</script>")
+    job = derive(stripe_events.event(invoice))
+    assert "<script>" not in job.payload["html"]
+    assert "&lt;script&gt;" in job.payload["html"]
+
+
+def test_tag_value_keeps_only_characters_resend_allows() -> None:
+    assert resend_tag_value("acct_1X/live/in_1Y/invoice-paid") == "acct_1X_live_in_1Y_invoice-paid"

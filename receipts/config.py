@@ -7,19 +7,17 @@ message is one line naming the variable; the entry points print it and exit.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from receipts.addresses import mailbox_address
+
 # Resend remembers an idempotency key for 24 hours; a cutoff at or past that
 # could retry a send the provider has forgotten, which is the one duplicate
 # the product promises never to create on its own.
 PROVIDER_KEY_RETENTION_HOURS = 24.0
-
-_EMAIL_ADDRESS = re.compile(r"^[^@\s<>]+@[^@\s<>]+\.[^@\s<>]+$")
-_NAMED_ADDRESS = re.compile(r"^[^<>]*<([^<>]+)>$")
 
 
 class ConfigError(Exception):
@@ -151,9 +149,7 @@ class _Reader:
         value = self.text(name)
         if value is None:
             return None
-        named = _NAMED_ADDRESS.match(value)
-        bare = named.group(1).strip() if named else value
-        if not _EMAIL_ADDRESS.match(bare):
+        if mailbox_address(value) is None:
             raise ConfigError(name, "must be an email address, optionally 'Name <a@b.example>'")
         return value
 

@@ -1,8 +1,94 @@
-"""The names the product writes into its tables and says to the world."""
+"""The words the product writes into its tables and says to the world, each defined once.
+
+The values are the strings stored in PostgreSQL (and checked there by CHECK
+constraints), so a ``StrEnum`` member compares equal to the column's text and
+can be passed to psycopg as it is. ``docs/architecture.md`` explains what
+each state means and who moves a row from one to the next.
+"""
 
 from __future__ import annotations
+
+from enum import StrEnum
 
 NOTIFY_CHANNEL = "receipts_outbox"
 # Fingerprint prefix of rows `receipts import` recorded as sent by an earlier
 # sender: any later event for such a key is a duplicate, never a conflict.
 IMPORTED_FINGERPRINT_PREFIX = "imported:"
+# The one purpose a message key names today.
+PURPOSE = "invoice-paid"
+
+
+class RowStatus(StrEnum):
+    """``email_outbox.status``."""
+
+    PENDING = "pending"
+    PROCESSING = "processing"
+    SENT = "sent"
+    REVIEW = "review"
+
+
+class AttemptOutcome(StrEnum):
+    """``email_attempts.outcome``; NULL (None) while in flight, or when the worker died."""
+
+    SENT = "sent"
+    RETRY = "retry"
+    REVIEW = "review"
+    LEASE_LOST = "lease_lost"
+    CONFIG_ERROR = "config_error"
+    RELEASED = "released"
+    SKIPPED_CUTOFF = "skipped_cutoff"
+    SKIPPED_BUDGET = "skipped_budget"
+
+
+# Outcomes written when no request reached the provider.
+NOT_SENT_OUTCOMES = frozenset(
+    {AttemptOutcome.RELEASED, AttemptOutcome.SKIPPED_CUTOFF, AttemptOutcome.SKIPPED_BUDGET}
+)
+
+
+class IngestOutcome(StrEnum):
+    """``stripe_events.outcome``: what one Stripe event became."""
+
+    QUEUED = "queued"
+    REVIEW = "review"
+    DUPLICATE = "duplicate"
+    CONFLICT = "conflict"
+    IGNORED = "ignored"
+
+
+class ReviewReason(StrEnum):
+    """``email_outbox.review_reason`` values the product itself writes.
+
+    The provider's error name (``invalid_to_address``…) is stored as the
+    reason when the provider refuses a message, so the column is open text.
+    """
+
+    RETRY_WINDOW_ELAPSED = "retry_window_elapsed"
+    ATTEMPTS_EXHAUSTED = "attempts_exhausted"
+    PROVIDER_REJECTED = "provider_rejected"
+    DISMISSED = "dismissed"
+
+
+class DeliveryStatus(StrEnum):
+    """``email_outbox.delivery_status``, set by the provider's delivery webhooks.
+
+    A status only ever moves to one of higher :attr:`rank`: a late
+    ``delivered`` never hides a ``bounced`` that arrived first.
+    """
+
+    DELAYED = "delayed"
+    DELIVERED = "delivered"
+    BOUNCED = "bounced"
+    COMPLAINED = "complained"
+
+    @property
+    def rank(self) -> int:
+        return _DELIVERY_RANK[self]
+
+
+_DELIVERY_RANK = {
+    DeliveryStatus.DELAYED: 1,
+    DeliveryStatus.DELIVERED: 2,
+    DeliveryStatus.BOUNCED: 3,
+    DeliveryStatus.COMPLAINED: 4,
+}

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from receipts.addresses import is_email_address
 from receipts.ingest.rendering import EmailContent, InvoiceFacts, Renderer
 
 PURPOSE = "invoice-paid"
@@ -30,9 +31,6 @@ PDF_HOSTS = ("pay.stripe.com", "invoice.stripe.com", "files.stripe.com")
 
 _STRIPE_ID = re.compile(r"^[A-Za-z0-9_]{1,200}$")
 _EVENT_TYPE = re.compile(r"^[a-z0-9_.]{1,100}$")
-_EMAIL_ADDRESS = re.compile(
-    r"^[^@\s<>,;\x00-\x1f\x7f]+@[^@\s<>,;\x00-\x1f\x7f]+\.[^@\s<>,;\x00-\x1f\x7f]+$"
-)
 _CONTROL_CHARACTERS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 _CURRENCY = re.compile(r"^[a-z]{3}$")
 
@@ -198,7 +196,7 @@ def _unsendable_reason(invoice: dict[str, Any], valid_amount: bool) -> str | Non
     email = invoice.get("customer_email")
     if not isinstance(email, str) or not email.strip():
         return "missing_customer_email"
-    if not _EMAIL_ADDRESS.match(email.strip()) or len(email) > 320:
+    if not is_email_address(email.strip()):
         return "invalid_customer_email"
     if not _is_stripe_url(invoice.get("hosted_invoice_url"), (HOSTED_INVOICE_HOST,)):
         return "invalid_hosted_invoice_url"

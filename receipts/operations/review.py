@@ -21,6 +21,7 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
+from receipts.addresses import is_email_address
 from receipts.config import PROVIDER_KEY_RETENTION_HOURS
 from receipts.db import Connection
 from receipts.ingest.receipt import MAX_KEY_LENGTH, resend_tag_value
@@ -28,9 +29,6 @@ from receipts.operations.reports import DISMISSED, may_have_been_accepted
 from receipts.vocabulary import NOTIFY_CHANNEL
 
 _RESEND_SUFFIX = re.compile(r"/resend-(\d+)$")
-_EMAIL_ADDRESS = re.compile(
-    r"^[^@\s<>,;\x00-\x1f\x7f]+@[^@\s<>,;\x00-\x1f\x7f]+\.[^@\s<>,;\x00-\x1f\x7f]+$"
-)
 
 
 def operator_name(environ: Mapping[str, str]) -> str:
@@ -220,7 +218,7 @@ def resend(conn: Connection, key: str, decider: Decider, *, to: str | None = Non
         )
     if row["payload"] is None:
         raise Refused(f"{key} has no frozen email ({row['review_reason']}): nothing to resend")
-    if to is not None and not _EMAIL_ADDRESS.match(to):
+    if to is not None and not is_email_address(to):
         raise Refused(f"--to {to!r} is not an email address")
     _refuse_unsent_resend(conn, base)
     new_key = f"{base}/resend-{_next_resend_number(conn, base)}"

@@ -28,7 +28,7 @@ def test_a_name_defined_twice_or_without_a_statement_is_refused() -> None:
         queries.parse("-- name: a\n-- only a comment\n")
 
 
-def test_an_unknown_file_or_name_is_a_key_error() -> None:
-    """Asking for a query that does not exist fails at once."""
+def test_an_unknown_query_file_fails_at_once() -> None:
+    """Asking for a role file that does not exist raises instead of running nothing."""
     with pytest.raises(FileNotFoundError):
         queries.load("no_such_role")

@@ -1,0 +1,28 @@
+"""Facts about an invoice that only Stripe's API has, for a richer receipt.
+
+An ``invoice.paid`` payload carries neither the payment method nor the
+customer's preferred languages. When a Stripe API key is configured, ingest
+looks them up and passes them to :func:`receipts.ingest.receipt.derive_receipt`;
+without a key, or when a look-up fails, the receipt is made without them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, kw_only=True)
+class PaymentMethod:
+    """How the customer paid, as a receipt may show it ("Visa ending 4242")."""
+
+    kind: str  # Stripe's payment method type: card, sepa_debit, us_bank_account, …
+    brand: str | None = None  # card brand (visa, mastercard, …) or bank name
+    last4: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ApiFacts:
+    """What the API added; every field may be missing."""
+
+    payment_method: PaymentMethod | None = None
+    preferred_locales: tuple[str, ...] = ()

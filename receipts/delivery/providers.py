@@ -123,7 +123,7 @@ class _BearerToken(requests.auth.AuthBase):
 
 
 def classify_response(status: int, headers: Any, body: bytes) -> ProviderAnswer:
-    """Map one HTTP answer onto the outbox's outcome table (see DESIGN.md)."""
+    """Map one HTTP answer onto docs/architecture.md, "What each provider answer does"."""
     document = _json_object(body)
     answer = ProviderAnswer(
         kind="retry",

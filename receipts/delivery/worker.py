@@ -11,7 +11,7 @@ answer to two recorder threads, which write whatever answers are waiting in
 one transaction, each with ``WHERE lease_token = …``: a worker that lost its
 lease writes nothing to the row and counts the loss.
 
-What each provider answer does to the row (see DESIGN.md, "Outbox states"):
+What each provider answer does to the row (docs/architecture.md, "What each provider answer does"):
 
 * accepted with an id → ``sent`` with ``provider_id`` and ``sent_at``;
 * retry (timeout, connection error, 5xx, 429, 409 key in progress, 2xx

@@ -1,6 +1,6 @@
 """The worker in-process against real PostgreSQL and a real fake-Resend HTTP server.
 
-Every row of the outcome table in DESIGN.md, the retry cutoff, the attempt
+Every row of the provider-answer table in docs/architecture.md, the retry cutoff, the attempt
 budget, lease expiry and recovery, a lost lease, NOTIFY wake-ups, the send
 rate cap and graceful stop.
 """

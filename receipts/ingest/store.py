@@ -14,15 +14,9 @@ from typing import Any
 from psycopg.types.json import Jsonb
 
 from receipts.db import Connection
-from receipts.ingest.receipt import (
-    PURPOSE,
-    Decision,
-    EventHeader,
-    Ignored,
-    ReceiptJob,
-    UnsendableReceipt,
-)
-from receipts.vocabulary import IMPORTED_FINGERPRINT_PREFIX
+from receipts.ingest.events import EventHeader
+from receipts.ingest.receipt import Decision, Ignored, ReceiptJob, UnsendableReceipt
+from receipts.vocabulary import IMPORTED_FINGERPRINT_PREFIX, PURPOSE
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -11,8 +11,13 @@ from flask import Blueprint, Flask, Response, current_app, jsonify, request
 
 from receipts.config import WEB_REQUIRES, Settings, load_settings
 from receipts.db import Database, DatabaseUnavailable
-from receipts.ingest.events import RejectedDelivery, decode_event, verify_signature
-from receipts.ingest.receipt import MalformedEvent, derive_receipt
+from receipts.ingest.events import (
+    MalformedEvent,
+    RejectedDelivery,
+    decode_event,
+    verify_signature,
+)
+from receipts.ingest.receipt import derive_receipt
 from receipts.ingest.rendering import Renderer
 from receipts.ingest.store import IngestResult, ingest
 from receipts.ingest.wakeup import WakeUp

@@ -26,9 +26,10 @@ from flask import Blueprint, Flask, Response, current_app, jsonify, request
 from svix.webhooks import Webhook, WebhookVerificationError
 
 from receipts.config import ConfigError, Settings
-from receipts.db import Connection, Database, DatabaseUnavailable
+from receipts.db import Connection, DatabaseUnavailable
 from receipts.logs import log_fields
 from receipts.web import metrics
+from receipts.web.services import services
 
 log = logging.getLogger("receipts.web")
 
@@ -85,8 +86,7 @@ def receive_resend_event() -> tuple[Response, int]:
     try:
         event = _verified_event()
         event_type = metrics.event_type_label(event.event_type, DELIVERY_STATUSES)
-        database: Database = current_app.extensions["receipts"].database
-        with database.transaction() as conn:
+        with services().database.transaction() as conn:
             outcome = record_delivery_event(conn, event)
     except Rejected as rejected:
         outcome = "unconfigured" if rejected.status == 503 else "rejected"

@@ -28,7 +28,7 @@ _EVENT_TYPE = re.compile(r"^[a-z0-9_.]{1,100}$")
 
 
 class RejectedDelivery(Exception):
-    """A delivery we refuse with a 4xx; nothing about it is stored."""
+    """A delivery we refuse (a 4xx, or 503 while unconfigured); nothing about it is stored."""
 
     def __init__(self, status: int, reason: str) -> None:
         super().__init__(reason)

@@ -1,6 +1,8 @@
--- The web role's statements (receipts_web): Stripe ingest (receipts.ingest.store)
--- and the workers' wake-up (receipts.ingest.wakeup); docs/architecture.md has
--- the data flow. None updates or deletes an outbox row.
+-- The web role's statements (receipts_web): Stripe ingest (receipts.ingest.store),
+-- the workers' wake-up (receipts.ingest.wakeup) and Resend delivery events
+-- (receipts.ingest.delivery_events); docs/architecture.md has the data flow.
+-- None changes an outbox row's status or payload: set_delivery_status is the
+-- only statement here that updates an outbox row, and none deletes one.
 
 -- name: ingest_event
 -- Atomic: one row per key, one event per id; no row back while a concurrent insert is unseen.
@@ -61,3 +63,31 @@ RETURNING outcome, detail, message_key, (xmax = 0) AS first_delivery
 -- name: notify_workers
 -- Wakes listening workers; run after the ingest commit, never inside it (serialized commits).
 SELECT pg_notify(%(channel)s, '')
+
+-- name: insert_resend_event
+-- One row per svix id: returns no row for a redelivered event, which then changes nothing.
+INSERT INTO resend_events (svix_id, event_type, email_id, message_tag, outcome, occurred_at)
+VALUES (%(svix_id)s, %(event_type)s, %(email_id)s, %(message_tag)s, %(outcome)s, %(occurred_at)s)
+ON CONFLICT (svix_id) DO NOTHING
+RETURNING svix_id
+
+-- name: set_delivery_status
+-- Only a sent row, only to a higher rank (or the same, later); ranks are DeliveryStatus.rank.
+UPDATE email_outbox
+   SET delivery_status = %(status)s,
+       delivery_status_at = coalesce(%(occurred_at)s, now()),
+       updated_at = now()
+ WHERE provider_id = %(email_id)s
+   AND status = 'sent'
+   AND (coalesce((%(ranks)s::jsonb ->> delivery_status)::int, 0) < %(rank)s
+        OR (coalesce((%(ranks)s::jsonb ->> delivery_status)::int, 0) = %(rank)s
+            AND delivery_status_at < coalesce(%(occurred_at)s, now())))
+RETURNING message_key
+
+-- name: outbox_key_for_email_id
+-- The message key of the row the provider knows by this email id, if any; reads nothing else.
+SELECT message_key FROM email_outbox WHERE provider_id = %(email_id)s LIMIT 1
+
+-- name: record_resend_outcome
+-- Records what one stored delivery event did and which row it matched; touches only that event.
+UPDATE resend_events SET outcome = %(outcome)s, message_key = %(key)s WHERE svix_id = %(svix_id)s

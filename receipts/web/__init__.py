@@ -29,7 +29,7 @@ def create_app(
     shared = services.init_app(app, settings)
     app.register_blueprint(stripe_webhooks.blueprint)
     app.register_blueprint(health.blueprint)
-    resend_webhooks.init_app(app, settings)
+    app.register_blueprint(resend_webhooks.blueprint)
     metrics.init_app(app, settings, shared.database)
     app.register_error_handler(413, _too_large)
     return app

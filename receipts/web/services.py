@@ -11,9 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from flask import Flask, current_app
+from svix.webhooks import Webhook
 
 from receipts.config import Settings
 from receipts.db import Database
+from receipts.ingest.delivery_events import signature_verifier
 from receipts.ingest.rendering import Renderer
 from receipts.ingest.wakeup import WakeUp
 from receipts.vocabulary import NOTIFY_CHANNEL
@@ -29,10 +31,11 @@ class Services:
     database: Database
     renderer: Renderer
     wake_up: WakeUp
+    resend_verifier: Webhook | None  # None: Resend delivery webhooks not configured
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Services:
-        """Build them; nothing connects yet."""
+        """Build them; a malformed setting raises ConfigError naming the variable."""
         assert settings.database_url is not None
         database = Database(
             settings.database_url,
@@ -44,6 +47,7 @@ class Services:
             database=database,
             renderer=Renderer(locale=settings.locale, template_dir=settings.template_dir),
             wake_up=WakeUp(database.url, NOTIFY_CHANNEL),
+            resend_verifier=signature_verifier(settings.resend_webhook_secret),
         )
 
 

@@ -16,8 +16,8 @@ from psycopg.rows import dict_row
 
 from receipts.config import load_settings
 from receipts.delivery.claims import AttemptResult, claim_ready, record_attempt
+from receipts.ingest.delivery_events import DeliveryEvent, record_delivery_event
 from receipts.web import create_app
-from receipts.web.resend_webhooks import DeliveryEvent, record_delivery_event
 from tests import stripe_events
 from tests.outbox_states import Db, insert_row, row
 from tests.stripe_events import TEST_SECRET, encode, sign

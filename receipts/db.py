@@ -16,6 +16,8 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
+from receipts import queries
+
 
 class DatabaseUnavailable(Exception):
     """No connection could be had, or the one we had broke mid-transaction."""
@@ -89,9 +91,9 @@ class Database:
             raise DatabaseUnavailable(describe_error(exc)) from exc
 
     def ping(self) -> None:
-        """Raise DatabaseUnavailable unless a trivial query succeeds."""
+        """Raise DatabaseUnavailable unless a trivial query succeeds (``health.sql``: ``ping``)."""
         with self.transaction() as conn:
-            conn.execute("SELECT 1")
+            conn.execute(queries.load("health")["ping"])
 
     def close(self) -> None:
         with self._lock:

@@ -1,9 +1,13 @@
-"""Verify a Stripe webhook delivery and turn it into a decoded event.
+"""Verify a Stripe webhook delivery and turn it into a checked event envelope.
 
 The signature is checked over the raw request bytes, before any JSON parsing,
 against every configured secret (rotation, and separate platform and Connect
 endpoints). ``stripe.WebhookSignature.verify_header`` does the check; we pass
 the tolerance explicitly because its default checks no timestamp at all.
+
+:func:`parse_event` then checks the envelope every event must carry (id, type,
+livemode, account, ``data.object``): the account and livemode it yields are
+parts of the message key (``docs/architecture.md``, "The message key").
 """
 
 from __future__ import annotations
@@ -11,17 +15,20 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import stripe
 
-from receipts.ingest.receipt import EventHeader, MalformedEvent, parse_event
-
 TOLERANCE_SECONDS = 300
+
+# Stripe object ids (evt_…, acct_…, in_…) and event types, as far as we accept them.
+STRIPE_ID = re.compile(r"^[A-Za-z0-9_]{1,200}$")
+_EVENT_TYPE = re.compile(r"^[a-z0-9_.]{1,100}$")
 
 
 class RejectedDelivery(Exception):
-    """A delivery we refuse with a 4xx; nothing about it is stored."""
+    """A delivery we refuse (a 4xx, or 503 while unconfigured); nothing about it is stored."""
 
     def __init__(self, status: int, reason: str) -> None:
         super().__init__(reason)
@@ -84,3 +91,64 @@ def decode_event(text: str) -> tuple[EventHeader, dict[str, Any]]:
     except MalformedEvent as exc:
         raise RejectedDelivery(400, f"not a Stripe event: {exc}") from None
     return header, event
+
+
+class MalformedEvent(ValueError):
+    """A verified body that is not a usable Stripe event; the message says why."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class EventHeader:
+    """The envelope fields every verified event must carry."""
+
+    event_id: str
+    event_type: str
+    account: str  # "platform" or the Connect account id
+    livemode: bool
+    created: int | None
+    data_object: dict[str, Any]
+
+    @property
+    def mode(self) -> str:
+        return "live" if self.livemode else "test"
+
+
+def parse_event(event: object) -> EventHeader:
+    """Check the envelope of a decoded event; raise MalformedEvent if unusable."""
+    if not isinstance(event, dict):
+        raise MalformedEvent("body is not a JSON object")
+    event_id = event.get("id")
+    if (
+        not isinstance(event_id, str)
+        or not event_id.startswith("evt_")
+        or not STRIPE_ID.match(event_id)
+    ):
+        raise MalformedEvent("event has no valid 'id'")
+    event_type = event.get("type")
+    if not isinstance(event_type, str) or not _EVENT_TYPE.match(event_type):
+        raise MalformedEvent("event has no valid 'type'")
+    livemode = event.get("livemode")
+    if not isinstance(livemode, bool):
+        raise MalformedEvent("event has no boolean 'livemode'")
+    account = event.get("account")
+    if account is None:
+        account = "platform"
+    elif (
+        not isinstance(account, str)
+        or not account.startswith("acct_")
+        or not STRIPE_ID.match(account)
+    ):
+        raise MalformedEvent("event 'account' is not a Connect account id")
+    data = event.get("data")
+    data_object = data.get("object") if isinstance(data, dict) else None
+    if not isinstance(data_object, dict):
+        raise MalformedEvent("event has no 'data.object'")
+    created = event.get("created")
+    return EventHeader(
+        event_id=event_id,
+        event_type=event_type,
+        account=account,
+        livemode=livemode,
+        created=created if isinstance(created, int) and not isinstance(created, bool) else None,
+        data_object=data_object,
+    )

@@ -22,37 +22,17 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from receipts.addresses import is_email_address
+from receipts.ingest.events import STRIPE_ID as _STRIPE_ID
+from receipts.ingest.events import EventHeader, MalformedEvent
 from receipts.ingest.rendering import EmailContent, InvoiceFacts, Renderer
+from receipts.vocabulary import PURPOSE
 
-PURPOSE = "invoice-paid"
 MAX_KEY_LENGTH = 256  # Resend's limit for an Idempotency-Key
 HOSTED_INVOICE_HOST = "invoice.stripe.com"
 PDF_HOSTS = ("pay.stripe.com", "invoice.stripe.com", "files.stripe.com")
 
-_STRIPE_ID = re.compile(r"^[A-Za-z0-9_]{1,200}$")
-_EVENT_TYPE = re.compile(r"^[a-z0-9_.]{1,100}$")
 _CONTROL_CHARACTERS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 _CURRENCY = re.compile(r"^[a-z]{3}$")
-
-
-class MalformedEvent(ValueError):
-    """A verified body that is not a usable Stripe event; the message says why."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class EventHeader:
-    """The envelope fields every verified event must carry."""
-
-    event_id: str
-    event_type: str
-    account: str  # "platform" or the Connect account id
-    livemode: bool
-    created: int | None
-    data_object: dict[str, Any]
-
-    @property
-    def mode(self) -> str:
-        return "live" if self.livemode else "test"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -77,47 +57,6 @@ class UnsendableReceipt:
 
 
 Decision = Ignored | ReceiptJob | UnsendableReceipt
-
-
-def parse_event(event: object) -> EventHeader:
-    """Check the envelope of a decoded event; raise MalformedEvent if unusable."""
-    if not isinstance(event, dict):
-        raise MalformedEvent("body is not a JSON object")
-    event_id = event.get("id")
-    if (
-        not isinstance(event_id, str)
-        or not event_id.startswith("evt_")
-        or not _STRIPE_ID.match(event_id)
-    ):
-        raise MalformedEvent("event has no valid 'id'")
-    event_type = event.get("type")
-    if not isinstance(event_type, str) or not _EVENT_TYPE.match(event_type):
-        raise MalformedEvent("event has no valid 'type'")
-    livemode = event.get("livemode")
-    if not isinstance(livemode, bool):
-        raise MalformedEvent("event has no boolean 'livemode'")
-    account = event.get("account")
-    if account is None:
-        account = "platform"
-    elif (
-        not isinstance(account, str)
-        or not account.startswith("acct_")
-        or not _STRIPE_ID.match(account)
-    ):
-        raise MalformedEvent("event 'account' is not a Connect account id")
-    data = event.get("data")
-    data_object = data.get("object") if isinstance(data, dict) else None
-    if not isinstance(data_object, dict):
-        raise MalformedEvent("event has no 'data.object'")
-    created = event.get("created")
-    return EventHeader(
-        event_id=event_id,
-        event_type=event_type,
-        account=account,
-        livemode=livemode,
-        created=created if isinstance(created, int) and not isinstance(created, bool) else None,
-        data_object=data_object,
-    )
 
 
 def message_key(account: str, livemode: bool, invoice_id: str, purpose: str = PURPOSE) -> str:

@@ -1,9 +1,12 @@
 """The database side of ingest: record one verified delivery and its outbox row.
 
-Ingest is one transaction per delivery. The outbox row is inserted with
-``ON CONFLICT (message_key) DO NOTHING`` so concurrent deliveries, redeliveries
-and different events about the same invoice all collapse onto one row; the
-event row counts deliveries and records what each event meant.
+Ingest is one transaction per delivery. The outbox row is inserted once per
+message key (a second insert of the key does nothing), so concurrent
+deliveries, redeliveries and different events about the same invoice all
+collapse onto one row; the event row counts deliveries and records what each
+event meant. The statements are the ``ingest_event``, ``insert_outbox_row``,
+``outbox_fingerprint`` and ``record_stripe_event`` queries of
+``receipts/queries/ingest.sql``; ``docs/architecture.md`` tells the data flow.
 """
 
 from __future__ import annotations
@@ -13,16 +16,13 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
+from receipts import queries
 from receipts.db import Connection
-from receipts.ingest.receipt import (
-    PURPOSE,
-    Decision,
-    EventHeader,
-    Ignored,
-    ReceiptJob,
-    UnsendableReceipt,
-)
-from receipts.vocabulary import IMPORTED_FINGERPRINT_PREFIX
+from receipts.ingest.events import EventHeader
+from receipts.ingest.receipt import Decision, Ignored, ReceiptJob, UnsendableReceipt
+from receipts.vocabulary import IMPORTED_FINGERPRINT_PREFIX, PURPOSE, IngestOutcome, RowStatus
+
+_Q = queries.load("ingest")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -30,7 +30,7 @@ class IngestResult:
     """What one delivery did: its outcome, and whether it was a redelivery."""
 
     event_id: str
-    outcome: str  # queued | review | duplicate | conflict | ignored
+    outcome: IngestOutcome
     message_key: str | None
     redelivery: bool
     detail: str | None = None
@@ -48,7 +48,7 @@ def ingest(conn: Connection, header: EventHeader, decision: Decision) -> IngestR
     which do see that row.
     """
     if isinstance(decision, Ignored):
-        return _record_event(conn, header, "ignored", None, None, decision.reason)
+        return _record_event(conn, header, IngestOutcome.IGNORED, None, None, decision.reason)
     detail = decision.reason if isinstance(decision, UnsendableReceipt) else None
     result = _ingest_in_one_statement(conn, header, decision, detail)
     if result is not None:
@@ -60,39 +60,6 @@ def ingest(conn: Connection, header: EventHeader, decision: Decision) -> IngestR
         )
 
 
-_INGEST_ONE_STATEMENT = """
-WITH new_row AS (
-    INSERT INTO email_outbox (message_key, purpose, account, livemode, invoice_id,
-                              source_event_id, fingerprint, payload, status, review_reason)
-    VALUES (%(key)s, %(purpose)s, %(account)s, %(livemode)s, %(invoice_id)s, %(event_id)s,
-            %(fingerprint)s, %(payload)s, %(status)s, %(review_reason)s)
-    ON CONFLICT (message_key) DO NOTHING
-    RETURNING 1
-), existing AS (
-    SELECT fingerprint FROM email_outbox
-     WHERE message_key = %(key)s AND NOT EXISTS (SELECT FROM new_row)
-), decided AS (
-    SELECT CASE WHEN EXISTS (SELECT FROM new_row) THEN %(new_outcome)s::text
-                WHEN (SELECT fingerprint FROM existing) = %(fingerprint)s THEN 'duplicate'
-                -- imported from an earlier sender (`receipts import`): sent already
-                WHEN starts_with((SELECT fingerprint FROM existing), %(imported_prefix)s)
-                    THEN 'duplicate'
-                WHEN EXISTS (SELECT FROM existing) THEN 'conflict'
-           END AS outcome
-)
-INSERT INTO stripe_events (event_id, event_type, account, livemode, outcome, detail,
-                           message_key, fingerprint)
-SELECT %(event_id)s, %(event_type)s, %(account)s, %(livemode)s, outcome, %(detail)s,
-       %(key)s, %(fingerprint)s
-  FROM decided
- WHERE outcome IS NOT NULL
-ON CONFLICT (event_id) DO UPDATE
-   SET deliveries = stripe_events.deliveries + 1,
-       last_received_at = now()
-RETURNING outcome, detail, message_key, (xmax = 0) AS first_delivery
-"""
-
-
 def _ingest_in_one_statement(
     conn: Connection,
     header: EventHeader,
@@ -100,22 +67,12 @@ def _ingest_in_one_statement(
     detail: str | None,
 ) -> IngestResult | None:
     """Insert row and event in one statement; None if the row's outcome is not yet visible."""
-    is_job = isinstance(decision, ReceiptJob)
     row = conn.execute(
-        _INGEST_ONE_STATEMENT,
+        _Q["ingest_event"],
         {
-            "key": decision.message_key,
-            "purpose": PURPOSE,
-            "account": header.account,
-            "livemode": header.livemode,
-            "invoice_id": decision.invoice_id,
-            "event_id": header.event_id,
+            **_outbox_row(header, decision),
             "event_type": header.event_type,
-            "fingerprint": decision.fingerprint,
-            "payload": Jsonb(decision.payload) if isinstance(decision, ReceiptJob) else None,
-            "status": "pending" if is_job else "review",
-            "review_reason": None if isinstance(decision, ReceiptJob) else decision.reason,
-            "new_outcome": "queued" if is_job else "review",
+            "new_outcome": _new_row_outcome(decision),
             "imported_prefix": IMPORTED_FINGERPRINT_PREFIX,
             "detail": detail,
         },
@@ -125,75 +82,68 @@ def _ingest_in_one_statement(
     return _result(header, row)
 
 
+def _outbox_row(header: EventHeader, decision: ReceiptJob | UnsendableReceipt) -> dict[str, Any]:
+    """The parameters of a new outbox row: pending with its email, or review with its reason."""
+    is_job = isinstance(decision, ReceiptJob)
+    return {
+        "key": decision.message_key,
+        "purpose": PURPOSE,
+        "account": header.account,
+        "livemode": header.livemode,
+        "invoice_id": decision.invoice_id,
+        "event_id": header.event_id,
+        "fingerprint": decision.fingerprint,
+        "payload": Jsonb(decision.payload) if isinstance(decision, ReceiptJob) else None,
+        "status": RowStatus.PENDING if is_job else RowStatus.REVIEW,
+        "review_reason": None if isinstance(decision, ReceiptJob) else decision.reason,
+    }
+
+
+def _new_row_outcome(decision: ReceiptJob | UnsendableReceipt) -> IngestOutcome:
+    return IngestOutcome.QUEUED if isinstance(decision, ReceiptJob) else IngestOutcome.REVIEW
+
+
 def _insert_outbox_row(
     conn: Connection, header: EventHeader, decision: ReceiptJob | UnsendableReceipt
-) -> str:
+) -> IngestOutcome:
     """Insert the row, or classify the existing one as duplicate or conflict."""
-    is_job = isinstance(decision, ReceiptJob)
-    inserted = conn.execute(
-        """INSERT INTO email_outbox
-               (message_key, purpose, account, livemode, invoice_id, source_event_id,
-                fingerprint, payload, status, review_reason)
-           VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
-           ON CONFLICT (message_key) DO NOTHING
-           RETURNING status""",
-        (
-            decision.message_key,
-            PURPOSE,
-            header.account,
-            header.livemode,
-            decision.invoice_id,
-            header.event_id,
-            decision.fingerprint,
-            Jsonb(decision.payload) if isinstance(decision, ReceiptJob) else None,
-            "pending" if is_job else "review",
-            None if isinstance(decision, ReceiptJob) else decision.reason,
-        ),
-    ).fetchone()
+    inserted = conn.execute(_Q["insert_outbox_row"], _outbox_row(header, decision)).fetchone()
     if inserted is not None:
         # No NOTIFY here: it would serialize every commit (see receipts.ingest.wakeup);
         # the caller wakes the workers after the commit.
-        return "queued" if is_job else "review"
-    existing = conn.execute(
-        "SELECT fingerprint FROM email_outbox WHERE message_key = %s", (decision.message_key,)
-    ).fetchone()
+        return _new_row_outcome(decision)
+    existing = conn.execute(_Q["outbox_fingerprint"], {"key": decision.message_key}).fetchone()
     # A receipt imported from an earlier sender (`receipts import`) was sent
     # already: any event for it is a duplicate, not a conflict.
     if existing is not None and (
         existing["fingerprint"] == decision.fingerprint
         or existing["fingerprint"].startswith(IMPORTED_FINGERPRINT_PREFIX)
     ):
-        return "duplicate"
-    return "conflict"
+        return IngestOutcome.DUPLICATE
+    return IngestOutcome.CONFLICT
 
 
 def _record_event(
     conn: Connection,
     header: EventHeader,
-    outcome: str,
+    outcome: IngestOutcome,
     key: str | None,
     fingerprint: str | None,
     detail: str | None,
 ) -> IngestResult:
     """Insert the event, or count one more delivery of it and keep its first outcome."""
     row = conn.execute(
-        """INSERT INTO stripe_events
-               (event_id, event_type, account, livemode, outcome, detail, message_key, fingerprint)
-           VALUES (%s, %s, %s, %s, %s, %s, %s, %s)
-           ON CONFLICT (event_id) DO UPDATE
-               SET deliveries = stripe_events.deliveries + 1,
-                   last_received_at = now()
-           RETURNING outcome, detail, message_key, (xmax = 0) AS first_delivery""",
-        (
-            header.event_id,
-            header.event_type,
-            header.account,
-            header.livemode,
-            outcome,
-            detail,
-            key,
-            fingerprint,
-        ),
+        _Q["record_stripe_event"],
+        {
+            "event_id": header.event_id,
+            "event_type": header.event_type,
+            "account": header.account,
+            "livemode": header.livemode,
+            "outcome": outcome,
+            "detail": detail,
+            "key": key,
+            "fingerprint": fingerprint,
+        },
     ).fetchone()
     assert row is not None
     return _result(header, row)
@@ -203,7 +153,7 @@ def _result(header: EventHeader, event_row: dict[str, Any]) -> IngestResult:
     """The event row as stored: its first outcome, and whether this was a redelivery."""
     return IngestResult(
         event_id=header.event_id,
-        outcome=event_row["outcome"],
+        outcome=IngestOutcome(event_row["outcome"]),
         message_key=event_row["message_key"],
         redelivery=not event_row["first_delivery"],
         detail=event_row["detail"],

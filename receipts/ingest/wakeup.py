@@ -8,7 +8,8 @@ Instead, after its commit, ingest calls :meth:`WakeUp.poke`, and one
 background thread per process sends the NOTIFY on its own connection. Pokes
 that arrive while a NOTIFY is being sent are folded into one more NOTIFY, so
 every commit is followed by a NOTIFY that starts after it. A NOTIFY lost to a
-database error only delays the row until the worker's next poll.
+database error only delays the row until the worker's next poll. The
+statement is ``notify_workers`` in ``receipts/queries/ingest.sql``.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import threading
 
 import psycopg
 
+from receipts import queries
 from receipts.db import Connection, DatabaseUnavailable, connect, describe_error
 from receipts.logs import log_fields
 
@@ -78,7 +80,7 @@ class WakeUp:
         try:
             if conn is None or conn.closed:
                 conn = connect(self._url, autocommit=True)
-            conn.execute("SELECT pg_notify(%s, '')", (self._channel,))
+            conn.execute(queries.load("ingest")["notify_workers"], {"channel": self._channel})
             return conn
         except (DatabaseUnavailable, psycopg.Error) as exc:
             log_fields(

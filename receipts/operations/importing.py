@@ -21,9 +21,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from receipts.db import Connection
-from receipts.ingest.receipt import PURPOSE, MalformedEvent, message_key
+from receipts.ingest.events import MalformedEvent
+from receipts.ingest.receipt import message_key
 from receipts.operations.review import Decider
-from receipts.vocabulary import IMPORTED_FINGERPRINT_PREFIX
+from receipts.vocabulary import IMPORTED_FINGERPRINT_PREFIX, PURPOSE
 
 COLUMNS = ("invoice_id", "account", "mode", "sent_at", "provider_id")
 IMPORTED_SOURCE_EVENT = "import"

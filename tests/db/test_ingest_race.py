@@ -18,7 +18,8 @@ import pytest
 from psycopg.rows import dict_row
 
 from receipts.db import Database
-from receipts.ingest.receipt import Decision, EventHeader, derive_receipt, parse_event
+from receipts.ingest.events import EventHeader, parse_event
+from receipts.ingest.receipt import Decision, derive_receipt
 from receipts.ingest.rendering import Renderer
 from receipts.ingest.store import IngestResult, ingest
 from tests import stripe_events

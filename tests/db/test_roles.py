@@ -1,29 +1,74 @@
-"""sql/roles/least_privilege.sql: the web and worker roles can do their job and no more."""
+"""sql/roles/least_privilege.sql: the web and worker roles can do their job and no more.
+
+Besides the real code paths run as each role, every named statement of a
+role's query file (``receipts/queries/<file>.sql``) is checked against that
+role's grants, so a statement added without its grant fails here, not in
+production.
+"""
 
 from __future__ import annotations
 
 import itertools
+import json
 import os
+import re
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 import pytest
+from psycopg import sql
 from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
 
+from receipts import queries
 from receipts.config import load_settings
 from receipts.delivery.claims import AttemptResult, claim_ready, record_attempt
+from receipts.ingest.delivery_events import DeliveryEvent, record_delivery_event
 from receipts.web import create_app
-from receipts.web.resend_webhooks import DeliveryEvent, record_delivery_event
 from tests import stripe_events
 from tests.outbox_states import Db, insert_row, row
 from tests.stripe_events import TEST_SECRET, encode, sign
 
 SCRIPT = Path(__file__).resolve().parents[2] / "sql" / "roles" / "least_privilege.sql"
 _numbers = itertools.count(1)
+
+# Each query file, and the group role (least_privilege.sql) that runs its statements.
+ROLE_FILES = {"ingest": "receipts_web"}
+
+# One sample value per parameter name used in any role's query file: the
+# statements are planned (or run) with these, so types must fit the columns.
+SAMPLE_PARAMETERS: dict[str, Any] = {
+    "key": "platform/test/in_1Sample/invoice-paid",
+    "purpose": "invoice-paid",
+    "account": "platform",
+    "livemode": False,
+    "invoice_id": "in_1Sample",
+    "event_id": "evt_1Sample",
+    "event_type": "invoice.paid",
+    "fingerprint": "sha256:sample",
+    "payload": Jsonb({"to": ["jenny.rosen@example.com"]}),
+    "status": "pending",
+    "review_reason": None,
+    "new_outcome": "queued",
+    "imported_prefix": "imported:",
+    "detail": None,
+    "outcome": "ignored",
+    "channel": "receipts_outbox",
+    "svix_id": "msg_sample",
+    "email_id": "re_sample",
+    "message_tag": "platform_test_in_1Sample_invoice-paid",
+    "occurred_at": datetime(2026, 11, 30, 1, 0, tzinfo=UTC),
+    "rank": 2,
+    "ranks": Jsonb({"delayed": 1, "delivered": 2}),
+}
+_PARAMETER = re.compile(r"%\((\w+)\)s")
+# Statements the planner can check without running them; others run for real.
+_PLANNABLE = ("SELECT", "INSERT", "UPDATE", "DELETE", "WITH", "VALUES", "MERGE")
 
 
 def as_role(url: str, role: str, password: str) -> str:
@@ -147,3 +192,113 @@ def test_worker_role_claims_and_records_but_cannot_create_or_delete(
     )
     assert refused(worker_url, "SELECT * FROM stripe_events")
     assert refused(worker_url, "SELECT * FROM operator_actions")
+
+
+def _apply_grants(db: Db) -> None:
+    db.execute(SCRIPT.read_text().encode())
+
+
+def _first_keyword(statement: str) -> str:
+    code = [line for line in statement.splitlines() if line and not line.startswith("--")]
+    return code[0].split(None, 1)[0].upper()
+
+
+def _sample_parameters(name: str, statement: str) -> dict[str, Any]:
+    wanted = set(_PARAMETER.findall(statement))
+    missing = wanted - SAMPLE_PARAMETERS.keys()
+    assert not missing, f"{name}: add a sample value for {sorted(missing)} to SAMPLE_PARAMETERS"
+    return {parameter: SAMPLE_PARAMETERS[parameter] for parameter in wanted}
+
+
+def _run_as(conn: psycopg.Connection[Any], role: str, name: str, statement: str) -> Any:
+    """EXPLAIN the statement (or run it) as ``role``, in a transaction rolled back after.
+
+    EXPLAIN checks the privileges on every table and column the statement
+    touches, as the executor would, without changing a row. A ClientCursor
+    binds the parameters into the text, which EXPLAIN needs.
+    """
+    params = _sample_parameters(name, statement)
+    plannable = _first_keyword(statement) in _PLANNABLE
+    with conn.transaction(force_rollback=True):
+        conn.execute(sql.SQL("SET LOCAL ROLE {}").format(sql.Identifier(role)))
+        cursor = psycopg.ClientCursor(conn)
+        if not plannable:
+            cursor.execute(statement, params)
+            return None
+        cursor.execute("EXPLAIN (FORMAT JSON) " + statement, params)
+        row = cursor.fetchone()
+        assert row is not None
+        return row[0]
+
+
+def _refusals(database_url: str, query_file: str, role: str) -> dict[str, str]:
+    """The statements of ``query_file`` that ``role`` cannot run, with the server's reason."""
+    refused = {}
+    with psycopg.connect(database_url) as conn:
+        for name, statement in queries.load(query_file).items():
+            try:
+                _run_as(conn, role, name, statement)
+            except psycopg.Error as exc:
+                refused[name] = f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
+    return refused
+
+
+def _outbox_changes(plan: Any) -> set[str]:
+    """How the plan modifies email_outbox rows: Update, Delete, Merge, or an
+    insert whose ON CONFLICT updates (plain inserts create rows, never change them)."""
+    found = set()
+    nodes = [plan] if isinstance(plan, dict) else list(plan)
+    while nodes:
+        node = nodes.pop()
+        if isinstance(node, dict):
+            if node.get("Node Type") == "ModifyTable" and node.get("Relation Name") == (
+                "email_outbox"
+            ):
+                operation = node.get("Operation")
+                if operation == "Insert" and node.get("Conflict Resolution") == "UPDATE":
+                    operation = "Insert ... ON CONFLICT DO UPDATE"
+                if operation != "Insert":
+                    found.add(operation)
+            nodes.extend(node.values())
+        elif isinstance(node, list):
+            nodes.extend(node)
+    return found
+
+
+@pytest.mark.parametrize(("query_file", "role"), ROLE_FILES.items())
+def test_each_role_can_run_every_statement_of_its_query_file(
+    query_file: str, role: str, database_url: str, db: Db
+) -> None:
+    """Every named statement of the role's query file passes the server's table and
+    column privilege checks as that role: none needs a grant the role lacks."""
+    _apply_grants(db)
+    assert queries.load(query_file), f"{query_file}.sql holds no statement"
+    assert _refusals(database_url, query_file, role) == {}
+
+
+def test_the_statement_check_notices_a_missing_grant(database_url: str, db: Db) -> None:
+    """The check above is not vacuous: with one column grant taken back, the
+    statements that need it (and only those) are reported as refused."""
+    _apply_grants(db)
+    db.execute("REVOKE UPDATE (delivery_status) ON email_outbox FROM receipts_web")
+    refused = _refusals(database_url, "ingest", "receipts_web")
+    assert list(refused) == ["set_delivery_status"]
+    assert refused["set_delivery_status"].startswith("InsufficientPrivilege")
+
+
+def test_ingest_statements_change_no_outbox_row_but_its_delivery_status(
+    database_url: str, db: Db
+) -> None:
+    """Read from the query plans: of ingest.sql, only set_delivery_status updates
+    email_outbox rows; nothing deletes one or updates it through ON CONFLICT."""
+    _apply_grants(db)
+    changes = {}
+    with psycopg.connect(database_url) as conn:
+        for name, statement in queries.load("ingest").items():
+            plan = _run_as(conn, "receipts_web", name, statement)
+            found = _outbox_changes(plan) if plan is not None else set()
+            if found:
+                changes[name] = found
+    assert changes == {"set_delivery_status": {"Update"}}, json.dumps(
+        {name: sorted(found) for name, found in changes.items()}
+    )

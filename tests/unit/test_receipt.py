@@ -6,13 +6,12 @@ from typing import Any
 
 import pytest
 
+from receipts.ingest.events import MalformedEvent, parse_event
 from receipts.ingest.receipt import (
     Ignored,
-    MalformedEvent,
     ReceiptJob,
     UnsendableReceipt,
     derive_receipt,
-    parse_event,
     resend_tag_value,
 )
 from receipts.ingest.rendering import Renderer, format_amount

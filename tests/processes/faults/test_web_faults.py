@@ -29,9 +29,10 @@ from tests.tcp_proxy import TcpProxy, Verdict
 Row = dict[str, Any]
 Db = psycopg.Connection[Row]
 
-# Ingest is one autocommit statement; the first ReadyForQuery ("idle") that
+# Ingest is one autocommit statement (ingest.sql's ``ingest_event``, found by the
+# name comment it carries to the server); the first ReadyForQuery ("idle") that
 # follows it means the server has committed it and is waiting for the client.
-INGEST_SQL = b"INSERT INTO email_outbox"
+INGEST_SQL = b"-- name: ingest_event\n"
 READY_IDLE = b"Z\x00\x00\x00\x05I"
 
 

@@ -1,0 +1,93 @@
+-- The web role's statements (receipts_web): Stripe ingest (receipts.ingest.store),
+-- the workers' wake-up (receipts.ingest.wakeup) and Resend delivery events
+-- (receipts.ingest.delivery_events); docs/architecture.md has the data flow.
+-- None changes an outbox row's status or payload: set_delivery_status is the
+-- only statement here that updates an outbox row, and none deletes one.
+
+-- name: ingest_event
+-- Atomic: one row per key, one event per id; no row back while a concurrent insert is unseen.
+WITH new_row AS (
+    INSERT INTO email_outbox (message_key, purpose, account, livemode, invoice_id,
+                              source_event_id, fingerprint, payload, status, review_reason)
+    VALUES (%(key)s, %(purpose)s, %(account)s, %(livemode)s, %(invoice_id)s, %(event_id)s,
+            %(fingerprint)s, %(payload)s, %(status)s, %(review_reason)s)
+    ON CONFLICT (message_key) DO NOTHING
+    RETURNING 1
+), existing AS (
+    SELECT fingerprint FROM email_outbox
+     WHERE message_key = %(key)s AND NOT EXISTS (SELECT FROM new_row)
+), decided AS (
+    SELECT CASE WHEN EXISTS (SELECT FROM new_row) THEN %(new_outcome)s::text
+                WHEN (SELECT fingerprint FROM existing) = %(fingerprint)s THEN 'duplicate'
+                -- imported from an earlier sender (`receipts import`): sent already
+                WHEN starts_with((SELECT fingerprint FROM existing), %(imported_prefix)s)
+                    THEN 'duplicate'
+                WHEN EXISTS (SELECT FROM existing) THEN 'conflict'
+           END AS outcome
+)
+INSERT INTO stripe_events (event_id, event_type, account, livemode, outcome, detail,
+                           message_key, fingerprint)
+SELECT %(event_id)s, %(event_type)s, %(account)s, %(livemode)s, outcome, %(detail)s,
+       %(key)s, %(fingerprint)s
+  FROM decided
+ WHERE outcome IS NOT NULL
+ON CONFLICT (event_id) DO UPDATE
+   SET deliveries = stripe_events.deliveries + 1,
+       last_received_at = now()
+RETURNING outcome, detail, message_key, (xmax = 0) AS first_delivery
+
+-- name: insert_outbox_row
+-- One row per message key: a second insert of the same key does nothing and returns no row.
+INSERT INTO email_outbox (message_key, purpose, account, livemode, invoice_id, source_event_id,
+                          fingerprint, payload, status, review_reason)
+VALUES (%(key)s, %(purpose)s, %(account)s, %(livemode)s, %(invoice_id)s, %(event_id)s,
+        %(fingerprint)s, %(payload)s, %(status)s, %(review_reason)s)
+ON CONFLICT (message_key) DO NOTHING
+RETURNING status
+
+-- name: outbox_fingerprint
+-- The stored fingerprint of a key (duplicate or conflict?); reads nothing else of the row.
+SELECT fingerprint FROM email_outbox WHERE message_key = %(key)s
+
+-- name: record_stripe_event
+-- One row per event id: a redelivery counts one more delivery and keeps the first outcome.
+INSERT INTO stripe_events (event_id, event_type, account, livemode, outcome, detail,
+                           message_key, fingerprint)
+VALUES (%(event_id)s, %(event_type)s, %(account)s, %(livemode)s, %(outcome)s, %(detail)s,
+        %(key)s, %(fingerprint)s)
+ON CONFLICT (event_id) DO UPDATE
+   SET deliveries = stripe_events.deliveries + 1,
+       last_received_at = now()
+RETURNING outcome, detail, message_key, (xmax = 0) AS first_delivery
+
+-- name: notify_workers
+-- Wakes listening workers; run after the ingest commit, never inside it (serialized commits).
+SELECT pg_notify(%(channel)s, '')
+
+-- name: insert_resend_event
+-- One row per svix id: returns no row for a redelivered event, which then changes nothing.
+INSERT INTO resend_events (svix_id, event_type, email_id, message_tag, outcome, occurred_at)
+VALUES (%(svix_id)s, %(event_type)s, %(email_id)s, %(message_tag)s, %(outcome)s, %(occurred_at)s)
+ON CONFLICT (svix_id) DO NOTHING
+RETURNING svix_id
+
+-- name: set_delivery_status
+-- Only a sent row, only to a higher rank (or the same, later); ranks are DeliveryStatus.rank.
+UPDATE email_outbox
+   SET delivery_status = %(status)s,
+       delivery_status_at = coalesce(%(occurred_at)s, now()),
+       updated_at = now()
+ WHERE provider_id = %(email_id)s
+   AND status = 'sent'
+   AND (coalesce((%(ranks)s::jsonb ->> delivery_status)::int, 0) < %(rank)s
+        OR (coalesce((%(ranks)s::jsonb ->> delivery_status)::int, 0) = %(rank)s
+            AND delivery_status_at < coalesce(%(occurred_at)s, now())))
+RETURNING message_key
+
+-- name: outbox_key_for_email_id
+-- The message key of the row the provider knows by this email id, if any; reads nothing else.
+SELECT message_key FROM email_outbox WHERE provider_id = %(email_id)s LIMIT 1
+
+-- name: record_resend_outcome
+-- Records what one stored delivery event did and which row it matched; touches only that event.
+UPDATE resend_events SET outcome = %(outcome)s, message_key = %(key)s WHERE svix_id = %(svix_id)s

@@ -1,0 +1,65 @@
+"""What the web routes need, built once per app, and the one typed way to reach it.
+
+:func:`init_app` builds the :class:`Services` of an app and keeps them in
+``app.extensions``; a route calls :func:`services` and gets them typed. Nothing
+connects here: the pool opens on first use, so the web process starts while the
+database is down (``docs/architecture.md``, "Interface contract").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from flask import Flask, current_app
+from svix.webhooks import Webhook
+
+from receipts.config import Settings
+from receipts.db import Database
+from receipts.ingest.delivery_events import signature_verifier
+from receipts.ingest.rendering import Renderer
+from receipts.ingest.wakeup import WakeUp
+from receipts.vocabulary import NOTIFY_CHANNEL
+
+_EXTENSION = "receipts"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Services:
+    """The settings, the database pool and the helpers the routes share."""
+
+    settings: Settings
+    database: Database
+    renderer: Renderer
+    wake_up: WakeUp
+    resend_verifier: Webhook | None  # None: Resend delivery webhooks not configured
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Services:
+        """Build them; a malformed setting raises ConfigError naming the variable."""
+        assert settings.database_url is not None
+        database = Database(
+            settings.database_url,
+            max_size=settings.pool_max_size,
+            timeout=settings.database_timeout,
+        )
+        return cls(
+            settings=settings,
+            database=database,
+            renderer=Renderer(locale=settings.locale, template_dir=settings.template_dir),
+            wake_up=WakeUp(database.url, NOTIFY_CHANNEL),
+            resend_verifier=signature_verifier(settings.resend_webhook_secret),
+        )
+
+
+def init_app(app: Flask, settings: Settings) -> Services:
+    """Build the app's services and keep them on the app."""
+    built = Services.from_settings(settings)
+    app.extensions[_EXTENSION] = built
+    return built
+
+
+def services() -> Services:
+    """The current app's services (inside a request or an app context)."""
+    found = current_app.extensions[_EXTENSION]
+    assert isinstance(found, Services)
+    return found

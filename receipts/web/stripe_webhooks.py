@@ -1,0 +1,137 @@
+"""``POST /webhooks/stripe``: one verified Stripe delivery, stored once, answered fast.
+
+Verify the signature over the raw body, derive the receipt (a pure function),
+store the event and its outbox row in one statement, then wake the workers
+after the commit (``docs/architecture.md``, "Data flow"). A bad signature or
+an unusable event is a 400 and stores nothing; a database outage is a 503 so
+that Stripe retries; everything else is a 200, duplicates and conflicts too.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from flask import Blueprint, Response, jsonify, request
+
+from receipts.db import DatabaseUnavailable
+from receipts.ingest.events import (
+    EventHeader,
+    MalformedEvent,
+    RejectedDelivery,
+    decode_event,
+    verify_signature,
+)
+from receipts.ingest.receipt import Decision, derive_receipt
+from receipts.ingest.store import IngestResult, ingest
+from receipts.logs import log_fields
+from receipts.vocabulary import IngestOutcome
+from receipts.web import metrics
+from receipts.web.services import Services, services
+
+log = logging.getLogger("receipts.web")
+
+blueprint = Blueprint("stripe_webhooks", __name__)
+
+# (response, HTTP status, event type label, outcome label for the metrics)
+_Answer = tuple[Response, int, str, str]
+
+
+@blueprint.post("/webhooks/stripe")
+def receive_stripe_event() -> tuple[Response, int]:
+    started = time.perf_counter()
+    try:
+        response, status, event_type, outcome = _handle_stripe_event(started)
+    except Exception:
+        # Flask answers 500; count it so the 5xx alert sees it.
+        metrics.count_webhook("stripe", "unknown", "error", 500, started)
+        raise
+    metrics.count_webhook("stripe", event_type, outcome, status, started)
+    return response, status
+
+
+def _handle_stripe_event(started: float) -> _Answer:
+    """Answer one delivery; also return its event type and outcome for the metrics."""
+    svc = services()
+    body = request.get_data(cache=False)
+    try:
+        text = verify_signature(
+            body, request.headers.get("Stripe-Signature"), svc.settings.stripe_webhook_secrets
+        )
+        header, _event = decode_event(text)
+        decision = _derive(svc, header)
+    except RejectedDelivery as rejected:
+        log_fields(
+            log,
+            "stripe webhook rejected",
+            logging.WARNING,
+            status=rejected.status,
+            reason=rejected.reason,
+        )
+        return jsonify(error=rejected.reason), rejected.status, "unknown", "rejected"
+    except MalformedEvent as exc:
+        log_fields(log, "stripe webhook rejected", logging.WARNING, status=400, reason=str(exc))
+        return (
+            jsonify(error=f"not a usable invoice event: {exc}"),
+            400,
+            header.event_type,
+            "malformed",
+        )
+    return _store(svc, header, decision, started)
+
+
+def _derive(svc: Services, header: EventHeader) -> Decision:
+    return derive_receipt(
+        header,
+        svc.renderer,
+        email_from=svc.settings.email_from or "",
+        reply_to=svc.settings.reply_to,
+        send_zero_value=svc.settings.send_zero_value,
+    )
+
+
+def _store(svc: Services, header: EventHeader, decision: Decision, started: float) -> _Answer:
+    """Store the delivery; wake the workers once a new pending row is committed."""
+    try:
+        with svc.database.autocommit() as conn:
+            result = ingest(conn, header, decision)
+        if result.outcome == IngestOutcome.QUEUED:
+            svc.wake_up.poke()
+    except DatabaseUnavailable as exc:
+        log_fields(
+            log,
+            "stripe webhook not stored",
+            logging.ERROR,
+            event_id=header.event_id,
+            reason=str(exc),
+        )
+        return (
+            jsonify(error="database unavailable, retry later"),
+            503,
+            header.event_type,
+            "unavailable",
+        )
+    _log_result(result, header.event_type, started)
+    return (
+        jsonify(received=True, outcome=result.outcome, message_key=result.message_key),
+        200,
+        header.event_type,
+        "redelivery" if result.redelivery else result.outcome,
+    )
+
+
+def _log_result(result: IngestResult, event_type: str, started: float) -> None:
+    attention = (IngestOutcome.CONFLICT, IngestOutcome.REVIEW)
+    level = logging.WARNING if result.outcome in attention else logging.INFO
+    log_fields(
+        log,
+        "stripe webhook",
+        level,
+        event_id=result.event_id,
+        type=event_type,
+        outcome=result.outcome,
+        key=result.message_key,
+        detail=result.detail,
+        redelivery=result.redelivery or None,
+        ms=round((time.perf_counter() - started) * 1000, 1),
+    )

@@ -2,7 +2,9 @@
 
 Every run takes a transaction-level advisory lock first, so two release
 processes started together apply each file exactly once; the second waits and
-then finds nothing left to do.
+then finds nothing left to do. The bookkeeping statements (the lock, the
+``schema_migrations`` table) are in ``receipts/queries/migrations.sql``; the
+migrations themselves are the files of ``sql/``.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from receipts import queries
 from receipts.db import connect
 
 log = logging.getLogger(__name__)
@@ -20,6 +23,7 @@ log = logging.getLogger(__name__)
 # An arbitrary constant shared by every receipts process: "receipts" in ASCII.
 MIGRATION_LOCK_ID = 0x7265636569707473
 
+_MIGRATIONS = queries.load("migrations")
 _FILE_NAME = re.compile(r"^(\d{3})_[a-z0-9_]+\.sql$")
 
 
@@ -58,22 +62,17 @@ def migrate(database_url: str) -> list[str]:
     """Apply pending migrations; return the names applied (empty when up to date)."""
     applied_now: list[str] = []
     with connect(database_url) as conn, conn.transaction():
-        conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK_ID,))
-        conn.execute(
-            """CREATE TABLE IF NOT EXISTS schema_migrations (
-                   version    integer PRIMARY KEY,
-                   name       text NOT NULL,
-                   applied_at timestamptz NOT NULL DEFAULT now())"""
-        )
-        done = {row["version"] for row in conn.execute("SELECT version FROM schema_migrations")}
+        conn.execute(_MIGRATIONS["take_migration_lock"], {"lock_id": MIGRATION_LOCK_ID})
+        conn.execute(_MIGRATIONS["create_schema_migrations"])
+        done = {row["version"] for row in conn.execute(_MIGRATIONS["applied_migration_versions"])}
         for migration in load_migrations():
             if migration.version in done:
                 continue
             log.info("applying migration %s", migration.name)
             conn.execute(migration.sql.encode("utf-8"))
             conn.execute(
-                "INSERT INTO schema_migrations (version, name) VALUES (%s, %s)",
-                (migration.version, migration.name),
+                _MIGRATIONS["record_applied_migration"],
+                {"version": migration.version, "name": migration.name},
             )
             applied_now.append(migration.name)
     return applied_now

@@ -16,19 +16,20 @@ from datetime import datetime
 from typing import Any
 
 from receipts.commands import database_settings
+from receipts.commands.formatting import iso
 from receipts.db import Connection, connect
 from receipts.logs import log_fields
-from receipts.operations.reports import iso
+from receipts.operations.resending import resend
 from receipts.operations.review import (
     Decider,
     Refused,
     dismiss,
     list_review,
     operator_name,
-    resend,
     resolve,
     retry,
 )
+from receipts.operations.timeline import names_message_key
 
 log = logging.getLogger("receipts.operations.review")
 
@@ -104,7 +105,7 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
 def _check_decision_arguments(args: argparse.Namespace) -> str | None:
     if not args.reason.strip():
         return "--reason must say why"
-    if "/" not in args.key:
+    if not names_message_key(args.key):
         return (
             f"{args.key!r} is not a message key (like platform/live/in_…/invoice-paid); "
             f"`receipts show {args.key}` lists the keys of an invoice"

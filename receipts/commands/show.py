@@ -14,14 +14,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from receipts.commands import database_settings
-from receipts.operations.reports import (
-    DISMISSED,
-    Timeline,
-    find_keys,
-    iso,
-    read_only_snapshot,
-    read_timeline,
-)
+from receipts.commands.formatting import iso
+from receipts.operations.snapshot import read_only_snapshot
+from receipts.operations.timeline import Timeline, find_keys, names_message_key, read_timeline
+from receipts.vocabulary import ReviewReason, RowStatus
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -40,7 +36,7 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         keys = find_keys(conn, args.target)
         timelines = [read_timeline(conn, key, with_payload=args.payload) for key in keys]
     if not timelines:
-        what = "message key" if "/" in args.target else "invoice id"
+        what = "message key" if names_message_key(args.target) else "invoice id"
         print(f"receipts show: no receipt found for {what} {args.target!r}", file=sys.stderr)
         return 1
     if args.json:
@@ -80,7 +76,7 @@ def render(timeline: Timeline) -> str:
         f"  attempts      {row['attempts']}  first {iso(row['first_attempt_at'])}  "
         f"next ready {iso(row['available_at'])}",
     ]
-    if row["status"] == "processing":
+    if row["status"] == RowStatus.PROCESSING:
         lines.append(f"  leased until  {iso(row['locked_until'])}")
     if row["provider_id"] or row["sent_at"]:
         lines.append(f"  sent          {iso(row['sent_at'])}  provider id {row['provider_id']}")
@@ -104,7 +100,7 @@ def render(timeline: Timeline) -> str:
 def _decision_hint(timeline: Timeline) -> list[str]:
     """For an open review row: the commands, and whether the provider may have it."""
     row = timeline.row
-    if row["status"] != "review" or row["review_reason"] == DISMISSED:
+    if row["status"] != RowStatus.REVIEW or row["review_reason"] == ReviewReason.DISMISSED:
         return []
     hint = [f"  decide        receipts review resolve|retry|resend|dismiss {row['message_key']} "
             "--reason …"]  # fmt: skip

@@ -17,7 +17,9 @@ import re
 from collections.abc import Mapping
 
 from receipts.commands import database_settings
-from receipts.operations.reports import Status, duration, read_only_snapshot, read_status
+from receipts.commands.formatting import duration
+from receipts.operations.snapshot import read_only_snapshot
+from receipts.operations.status_summary import Status, read_status
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smh]?)$")
 _UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600}

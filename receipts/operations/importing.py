@@ -9,7 +9,9 @@ key taken and queues nothing: ingest treats any event for an imported row
 All or nothing: every malformed line is reported by number and nothing is
 stored. A key already present as ``sent`` is skipped and reported; a key
 present in any other state (this system is about to send it, or a person must
-decide) stops the import, because the customer would get two receipts.
+decide) stops the import, because the customer would get two receipts. The
+statements are in ``receipts/queries/imports.sql``; why an imported key turns
+every later event into a duplicate is in ``docs/architecture.md``.
 """
 
 from __future__ import annotations
@@ -20,11 +22,14 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
+from receipts import queries
 from receipts.db import Connection
 from receipts.ingest.events import MalformedEvent
 from receipts.ingest.receipt import message_key
 from receipts.operations.review import Decider
-from receipts.vocabulary import IMPORTED_FINGERPRINT_PREFIX, PURPOSE
+from receipts.vocabulary import IMPORTED_FINGERPRINT_PREFIX, PURPOSE, RowStatus
+
+_IMPORTS = queries.load("imports")
 
 COLUMNS = ("invoice_id", "account", "mode", "sent_at", "provider_id")
 IMPORTED_SOURCE_EVENT = "import"
@@ -133,15 +138,8 @@ def import_sent(
     conn: Connection, receipts: list[SentReceipt], decider: Decider, *, source: str
 ) -> ImportReport:
     """Insert the receipts as ``sent`` rows in the caller's transaction."""
-    conn.execute(
-        """CREATE TEMPORARY TABLE import_rows (
-               line integer, message_key text, account text, livemode boolean,
-               invoice_id text, sent_at timestamptz, provider_id text) ON COMMIT DROP"""
-    )
-    with conn.cursor().copy(
-        "COPY import_rows (line, message_key, account, livemode, invoice_id, sent_at, provider_id)"
-        " FROM STDIN"
-    ) as copy:
+    conn.execute(_IMPORTS["create_import_rows"])
+    with conn.cursor().copy(_IMPORTS["copy_import_rows"]) as copy:
         for r in receipts:
             copy.write_row(
                 (
@@ -157,24 +155,23 @@ def import_sent(
     inserted = {
         row["message_key"]
         for row in conn.execute(
-            """INSERT INTO email_outbox
-                   (message_key, purpose, account, livemode, invoice_id, source_event_id,
-                    fingerprint, payload, status, provider_id, sent_at)
-               SELECT message_key, %s, account, livemode, invoice_id, %s,
-                      %s || message_key, NULL, 'sent', provider_id, sent_at
-               FROM import_rows ORDER BY line
-               ON CONFLICT (message_key) DO NOTHING
-               RETURNING message_key""",
-            (PURPOSE, IMPORTED_SOURCE_EVENT, IMPORTED_FINGERPRINT_PREFIX),
+            _IMPORTS["insert_imported_rows"],
+            {
+                "purpose": PURPOSE,
+                "source_event_id": IMPORTED_SOURCE_EVENT,
+                "fingerprint_prefix": IMPORTED_FINGERPRINT_PREFIX,
+            },
         )
     }
     skipped = _check_existing(conn, receipts, inserted)
     conn.execute(
-        """INSERT INTO operator_actions (message_key, action, performed_by, reason, details)
-           SELECT message_key, 'import', %s, %s,
-                  jsonb_build_object('file', %s::text, 'line', line, 'provider_id', provider_id)
-           FROM import_rows WHERE message_key = ANY(%s)""",
-        (decider.performed_by, decider.reason, source, sorted(inserted)),
+        _IMPORTS["record_import_actions"],
+        {
+            "performed_by": decider.performed_by,
+            "reason": decider.reason,
+            "file": source,
+            "keys": sorted(inserted),
+        },
     )
     return ImportReport(
         imported=[r.message_key for r in receipts if r.message_key in inserted],
@@ -189,14 +186,11 @@ def _check_existing(
     line_of = {r.message_key: r.line for r in receipts if r.message_key not in inserted}
     if not line_of:
         return []
-    existing = conn.execute(
-        "SELECT message_key, status FROM email_outbox WHERE message_key = ANY(%s)",
-        (list(line_of),),
-    ).fetchall()
+    existing = conn.execute(_IMPORTS["statuses_of_keys"], {"keys": list(line_of)}).fetchall()
     blocking = sorted(
         (line_of[row["message_key"]], row["message_key"], row["status"])
         for row in existing
-        if row["status"] != "sent"
+        if row["status"] != RowStatus.SENT
     )
     if blocking:
         raise ImportRejected(

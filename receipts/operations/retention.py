@@ -1,4 +1,4 @@
-"""Retention: what ``receipts prune`` may drop, and the SQL that drops it.
+"""Retention: what ``receipts prune`` may drop, and how it drops it in batches.
 
 Three things grow with every paid invoice: the event log, the attempt log and
 the outbox rows with their frozen emails. Prune drops, in short batches:
@@ -17,7 +17,8 @@ kept for at least :data:`MIN_KEEP_KEYS_DAYS`. Rows in ``pending``,
 evidence a person needs; the operator action log is never pruned. A
 receipt is "settled" at the later of ``sent_at`` and ``created_at``, so a
 receipt imported today with an old send time keeps its key for the full
-period from now.
+period from now. The statements are in ``receipts/queries/retention.sql``;
+why the key must outlive Stripe's redeliveries is in ``docs/architecture.md``.
 """
 
 from __future__ import annotations
@@ -26,7 +27,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from receipts import queries
 from receipts.db import Connection, Database
+
+_RETENTION = queries.load("retention")
 
 # Stripe lets a person resend an event for 30 days; keep keys safely beyond.
 MIN_KEEP_KEYS_DAYS = 35
@@ -35,7 +39,6 @@ MIN_KEEP_DETAILS_DAYS = 1
 DEFAULT_KEEP_DETAILS_DAYS = 30
 DEFAULT_BATCH_SIZE = 5000
 
-_SETTLED = "greatest(sent_at, created_at)"
 # Events are pruned by walking the table in ranges of this many 8 kB pages, so
 # ingest needs no index on their age.
 EVENT_PAGES_PER_BATCH = 2000
@@ -89,7 +92,7 @@ class PruneCounts:
 
 def cutoffs(conn: Connection, policy: Policy) -> Cutoffs:
     """Both cutoffs from the database clock, so every process agrees on 'now'."""
-    row = conn.execute("SELECT now() AS now").fetchone()
+    row = conn.execute(_RETENTION["database_now"]).fetchone()
     assert row is not None
     now: datetime = row["now"]
     return Cutoffs(
@@ -101,21 +104,7 @@ def cutoffs(conn: Connection, policy: Policy) -> Cutoffs:
 def count_prunable(conn: Connection, cut: Cutoffs) -> PruneCounts:
     """What :func:`prune` would drop now, changing nothing."""
     row = conn.execute(
-        f"""SELECT
-              (SELECT count(*) FROM stripe_events WHERE first_received_at < %(details)s)
-                  AS events,
-              (SELECT count(*) FROM resend_events
-                WHERE received_at < %(details)s AND outcome <> 'unknown_email')
-                  AS delivery_events,
-              (SELECT count(*) FROM email_attempts WHERE message_key IN (
-                  SELECT message_key FROM email_outbox
-                   WHERE status = 'sent' AND {_SETTLED} < %(details)s)) AS attempts,
-              (SELECT count(*) FROM email_outbox
-                WHERE status = 'sent' AND {_SETTLED} < %(details)s
-                  AND {_SETTLED} >= %(keys)s AND payload IS NOT NULL) AS payloads,
-              (SELECT count(*) FROM email_outbox
-                WHERE status = 'sent' AND {_SETTLED} < %(keys)s) AS receipts""",
-        {"details": cut.details_before, "keys": cut.keys_before},
+        _RETENTION["count_prunable"], {"details": cut.details_before, "keys": cut.keys_before}
     ).fetchone()
     assert row is not None
     return PruneCounts(**row)
@@ -150,27 +139,25 @@ def _repeat(
 def _drop_old_events(database: Database, cut: Cutoffs) -> int:
     """Delete old Stripe events, one range of table pages per transaction."""
     with database.transaction() as conn:
-        row = conn.execute(
-            "SELECT pg_relation_size('stripe_events') / current_setting('block_size')::int AS pages"
-        ).fetchone()
+        row = conn.execute(_RETENTION["stripe_events_pages"]).fetchone()
     pages = int(row["pages"]) if row else 0
     dropped = 0
     for first in range(0, pages + 1, EVENT_PAGES_PER_BATCH):
         with database.transaction() as conn:
             dropped += conn.execute(
-                """DELETE FROM stripe_events
-                    WHERE ctid >= %s::tid AND ctid < %s::tid AND first_received_at < %s""",
-                (f"({first},0)", f"({first + EVENT_PAGES_PER_BATCH},0)", cut.details_before),
+                _RETENTION["delete_stripe_events_in_pages"],
+                {
+                    "first_page": f"({first},0)",
+                    "end_page": f"({first + EVENT_PAGES_PER_BATCH},0)",
+                    "before": cut.details_before,
+                },
             ).rowcount
     return dropped
 
 
 def _drop_delivery_events_batch(conn: Connection, cut: Cutoffs, size: int) -> int:
     return conn.execute(
-        """DELETE FROM resend_events WHERE svix_id IN (
-               SELECT svix_id FROM resend_events
-                WHERE received_at < %s AND outcome <> 'unknown_email' LIMIT %s)""",
-        (cut.details_before, size),
+        _RETENTION["delete_delivery_events_batch"], {"before": cut.details_before, "size": size}
     ).rowcount
 
 
@@ -180,20 +167,8 @@ def _drop_old_receipts(database: Database, cut: Cutoffs, size: int) -> tuple[int
     while True:
         with database.transaction() as conn:
             found = conn.execute(
-                f"""WITH doomed AS (
-                        SELECT message_key FROM email_outbox
-                         WHERE status = 'sent' AND {_SETTLED} < %s
-                         LIMIT %s FOR UPDATE SKIP LOCKED),
-                    dropped_attempts AS (
-                        DELETE FROM email_attempts a USING doomed d
-                         WHERE a.message_key = d.message_key RETURNING 1),
-                    dropped_rows AS (
-                        DELETE FROM email_outbox o USING doomed d
-                         WHERE o.message_key = d.message_key AND o.status = 'sent'
-                        RETURNING 1)
-                    SELECT (SELECT count(*) FROM dropped_rows) AS rows,
-                           (SELECT count(*) FROM dropped_attempts) AS attempts""",
-                (cut.keys_before, size),
+                _RETENTION["delete_settled_receipts_batch"],
+                {"before": cut.keys_before, "size": size},
             ).fetchone()
         assert found is not None
         rows += found["rows"]
@@ -213,13 +188,7 @@ def _drop_old_details(database: Database, cut: Cutoffs, size: int) -> tuple[int,
     while True:
         with database.transaction() as conn:
             batch = conn.execute(
-                f"""SELECT message_key, {_SETTLED} AS settled FROM email_outbox
-                     WHERE status = 'sent' AND {_SETTLED} < %(details)s
-                       AND {_SETTLED} >= %(keys)s AND payload IS NOT NULL
-                       AND (%(after_at)s::timestamptz IS NULL
-                            OR ({_SETTLED}, message_key) > (%(after_at)s, %(after_key)s))
-                     ORDER BY {_SETTLED}, message_key
-                     LIMIT %(size)s FOR UPDATE""",
+                _RETENTION["lock_settled_with_details"],
                 {
                     "details": cut.details_before,
                     "keys": cut.keys_before,
@@ -230,14 +199,8 @@ def _drop_old_details(database: Database, cut: Cutoffs, size: int) -> tuple[int,
             ).fetchall()
             keys = [row["message_key"] for row in batch]
             if keys:
-                attempts += conn.execute(
-                    "DELETE FROM email_attempts WHERE message_key = ANY(%s)", (keys,)
-                ).rowcount
-                payloads += conn.execute(
-                    """UPDATE email_outbox SET payload = NULL
-                        WHERE message_key = ANY(%s) AND status = 'sent' AND payload IS NOT NULL""",
-                    (keys,),
-                ).rowcount
+                attempts += conn.execute(_RETENTION["delete_attempts_of"], {"keys": keys}).rowcount
+                payloads += conn.execute(_RETENTION["clear_payloads_of"], {"keys": keys}).rowcount
         if len(batch) < size:
             return payloads, attempts
         after = (batch[-1]["settled"], batch[-1]["message_key"])

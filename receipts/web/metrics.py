@@ -10,7 +10,9 @@ Two kinds of figures:
   oldest pending age, time left before the retry cutoff, review rows by
   reason, conflicts, recent provider answers and send latency). When the
   database cannot be read the scrape still succeeds and says
-  ``receipts_database_up 0``.
+  ``receipts_database_up 0``. They come from
+  :mod:`receipts.operations.status_summary` in one transaction whose
+  statements are bounded in time (``receipts/queries/reports.sql``).
 
 The endpoint can be switched off (``RECEIPTS_METRICS_ENABLED=false``: 404) or
 require ``Authorization: Bearer <RECEIPTS_METRICS_TOKEN>`` (else 401).
@@ -38,18 +40,21 @@ from prometheus_client.core import GaugeMetricFamily, Metric, SummaryMetricFamil
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
+from receipts import queries
 from receipts.config import Settings
 from receipts.db import Database, DatabaseUnavailable, describe_error
 from receipts.logs import log_fields
-from receipts.operations.reports import (
-    NO_JIT,
+from receipts.operations.status_summary import (
+    DELIVERY_PROBLEMS,
     ProviderActivity,
     Status,
     read_provider_activity,
     read_status,
 )
+from receipts.vocabulary import ReviewReason
 
 log = logging.getLogger("receipts.web.metrics")
+_REPORTS = queries.load("reports")
 
 blueprint = Blueprint("metrics", __name__)
 
@@ -66,7 +71,6 @@ WEBHOOK_SECONDS = Histogram(
 )
 
 PROVIDER_WINDOW_SECONDS = 900
-_STATEMENT_TIMEOUT_MS = 3000
 _EXTENSION = "receipts_metrics"
 
 
@@ -136,8 +140,8 @@ class OutboxCollector(Collector):
     def collect(self) -> Iterable[Metric]:
         try:
             with self._database.transaction() as conn:
-                conn.execute(f"SET LOCAL statement_timeout = {_STATEMENT_TIMEOUT_MS}")
-                conn.execute(NO_JIT)
+                conn.execute(_REPORTS["limit_scrape_time"])
+                conn.execute(_REPORTS["no_jit"])
                 status = read_status(conn, retry_cutoff_hours=self._cutoff_hours)
                 activity = read_provider_activity(conn, window_seconds=PROVIDER_WINDOW_SECONDS)
         except (DatabaseUnavailable, psycopg.Error) as exc:
@@ -172,7 +176,7 @@ def _status_metrics(status: Status, cutoff_hours: float) -> list[Metric]:
             "receipts_review_rows",
             'Review rows by reason; reason="dismissed" needs nobody.',
             "reason",
-            {**status.review_by_reason, "dismissed": status.dismissed},
+            {**status.review_by_reason, ReviewReason.DISMISSED.value: status.dismissed},
         ),
         _gauge(
             "receipts_review_open_rows",
@@ -215,8 +219,10 @@ def _status_metrics(status: Status, cutoff_hours: float) -> list[Metric]:
             "Sent receipts that bounced or were marked as spam in the last 24 h.",
             "delivery_status",
             {
-                kind: sum(1 for p in status.delivery_problems_24h if p["delivery_status"] == kind)
-                for kind in ("bounced", "complained")
+                kind.value: sum(
+                    1 for p in status.delivery_problems_24h if p["delivery_status"] == kind
+                )
+                for kind in DELIVERY_PROBLEMS
             },
         ),
     ]

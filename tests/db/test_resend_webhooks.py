@@ -14,7 +14,7 @@ from flask.testing import FlaskClient
 from svix.webhooks import Webhook
 
 from receipts.config import ConfigError, load_settings
-from receipts.operations.reports import read_status
+from receipts.operations.status_summary import read_status
 from receipts.web import create_app
 from receipts.web.metrics import WEBHOOKS
 from tests.outbox_states import Db, insert_row, row

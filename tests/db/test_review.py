@@ -70,6 +70,26 @@ def test_list_shows_open_review_rows(operator_env: dict[str, str], db: Db, capsy
     assert closed in capsys.readouterr().out
 
 
+def test_list_flags_only_rows_whose_tag_the_provider_reported(
+    operator_env: dict[str, str], db: Db, capsys: Any
+) -> None:
+    """A delivery event for an unrecorded email whose tag is a row's cleaned key
+    (slashes become underscores) flags that row as probably sent, and no other."""
+    reported = insert_row(db, "in_1Tag1", status="review", review_reason="attempts_exhausted")
+    quiet = insert_row(db, "in_1Tag2", status="review", review_reason="attempts_exhausted")
+    assert reported == "platform/test/in_1Tag1/invoice-paid"
+    db.execute(
+        """INSERT INTO resend_events (svix_id, event_type, email_id, message_tag, outcome)
+           VALUES ('msg_tag', 'email.delivered', 're_tag',
+                   'platform_test_in_1Tag1_invoice-paid', 'unknown_email')"""
+    )
+    assert review(operator_env, "list", "--json") == 0
+    flags = {
+        r["message_key"]: r["provider_reported_send"] for r in json.loads(capsys.readouterr().out)
+    }
+    assert flags == {reported: True, quiet: False}
+
+
 def test_list_when_nothing_waits(operator_env: dict[str, str], capsys: Any) -> None:
     assert review(operator_env, "list") == 0
     assert "no receipts in review" in capsys.readouterr().out

@@ -1,0 +1,26 @@
+"""How the operator commands print times and durations."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+
+def iso(value: datetime | None) -> str:
+    """``2024-05-01T12:00:00+00:00``, or ``-`` when there is no time."""
+    return value.isoformat(timespec="seconds") if value is not None else "-"
+
+
+def duration(seconds: float | None) -> str:
+    """``2h 05m``, ``3m 07s``, ``-12m 00s`` (past due)."""
+    if seconds is None:
+        return "-"
+    sign = "-" if seconds < 0 else ""
+    whole = int(abs(seconds))
+    days, rest = divmod(whole, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{sign}{days}d {hours:02d}h"
+    if hours:
+        return f"{sign}{hours}h {minutes:02d}m"
+    return f"{sign}{minutes}m {secs:02d}s"

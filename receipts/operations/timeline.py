@@ -1,0 +1,105 @@
+"""The incident timeline of one receipt, as ``receipts show`` prints it.
+
+Everything here only reads, through the named statements of
+``receipts/queries/reports.sql``. The frozen email (body, invoice link) is
+read only when the caller asks for the payload.
+
+An attempt leaves the provider's side unknown when it never finished (in
+flight while its lease holds, *abandoned* once it expired: the worker died
+mid-attempt) or finished without an answer (timeout, connection error); see
+the attempt outcomes in ``docs/architecture.md``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from receipts import queries
+from receipts.config import PROVIDER_KEY_RETENTION_HOURS
+from receipts.db import Connection
+from receipts.ingest.receipt import resend_tag_value
+from receipts.vocabulary import NOT_SENT_OUTCOMES, AttemptOutcome
+
+_REPORTS = queries.load("reports")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Timeline:
+    """Everything known about one message key, oldest first within each part."""
+
+    message_key: str
+    row: dict[str, Any]
+    events: list[dict[str, Any]]
+    attempts: list[dict[str, Any]]
+    actions: list[dict[str, Any]]
+    deliveries: list[dict[str, Any]]
+    payload: dict[str, Any] | None = None
+
+
+def names_message_key(key_or_invoice: str) -> bool:
+    """A message key has slashes (``platform/live/in_…/invoice-paid``); an invoice id has none."""
+    return "/" in key_or_invoice
+
+
+def find_keys(conn: Connection, key_or_invoice: str) -> list[str]:
+    """The message keys a key or an invoice id names (account, mode, resends)."""
+    if names_message_key(key_or_invoice):
+        found = conn.execute(_REPORTS["keys_of_message_key"], {"key": key_or_invoice})
+    else:
+        found = conn.execute(_REPORTS["keys_of_invoice"], {"invoice_id": key_or_invoice})
+    return [row["message_key"] for row in found]
+
+
+def read_timeline(conn: Connection, key: str, *, with_payload: bool = False) -> Timeline:
+    by_key = {"key": key}
+    row = conn.execute(_REPORTS["timeline_row"], by_key).fetchone()
+    assert row is not None, key
+    payload = None
+    if with_payload:
+        found = conn.execute(_REPORTS["timeline_payload"], by_key).fetchone()
+        payload = found["payload"] if found else None
+    return Timeline(
+        message_key=key,
+        row=row,
+        events=conn.execute(_REPORTS["timeline_stripe_events"], by_key).fetchall(),
+        attempts=_attempts(conn, key),
+        actions=conn.execute(_REPORTS["timeline_operator_actions"], by_key).fetchall(),
+        deliveries=conn.execute(
+            _REPORTS["timeline_delivery_events"], {"key": key, "tag": resend_tag_value(key)}
+        ).fetchall(),
+        payload=payload,
+    )
+
+
+def _attempts(conn: Connection, key: str) -> list[dict[str, Any]]:
+    rows = conn.execute(
+        _REPORTS["timeline_attempts"],
+        {"key": key, "key_retention_seconds": PROVIDER_KEY_RETENTION_HOURS * 3600},
+    ).fetchall()
+    for attempt in rows:
+        attempt["uncertain"] = attempt_note(attempt)
+    return rows
+
+
+def may_have_been_accepted(attempt: dict[str, Any]) -> bool:
+    """False only when the attempt provably did not make the provider send."""
+    status = attempt.get("http_status")
+    if status is not None and 400 <= status <= 499:
+        return False
+    return attempt.get("outcome") not in NOT_SENT_OUTCOMES
+
+
+def attempt_note(attempt: dict[str, Any]) -> str | None:
+    """Why an attempt leaves the provider's side unknown, or None if it does not."""
+    if attempt["outcome"] is None and attempt["finished_at"] is None:
+        if attempt.get("lease_held"):
+            return "in flight"
+        return "abandoned: the worker died mid-attempt; the provider may have accepted it"
+    if attempt["outcome"] == AttemptOutcome.SENT or not may_have_been_accepted(attempt):
+        return None
+    if attempt["http_status"] is None:
+        return "no answer (timeout or connection error); the provider may have accepted it"
+    if 200 <= attempt["http_status"] <= 299:
+        return "the provider answered 2xx but the receipt was not recorded as sent by it"
+    return None

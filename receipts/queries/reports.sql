@@ -1,0 +1,175 @@
+-- What an operator reads: the health summary (`receipts status`, /metrics) and
+-- the incident timeline of one receipt (`receipts show`). Nothing here writes.
+--
+-- Row statuses are written out rather than passed in: the partial indexes
+-- (sql/001_initial.sql) are defined with the same words, and the planner uses
+-- such an index only when the statement itself states its predicate. Values
+-- that only the code defines (attempt outcomes, delivery statuses, review
+-- reasons) come in as parameters from receipts.vocabulary.
+
+-- name: read_only_snapshot
+-- The rest of the transaction reads one consistent state of every table and cannot write.
+SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY
+
+-- name: no_jit
+-- No JIT in this transaction: compiling the summary's short index scans costs more than running them.
+SET LOCAL jit = off
+
+-- name: limit_scrape_time
+-- A /metrics scrape gives up after 3 s rather than hold a connection while the database is slow.
+SET LOCAL statement_timeout = 3000
+
+-- name: count_rows_by_status
+-- One count per row status that has rows; a status with none is absent.
+SELECT status, count(*) AS n FROM email_outbox GROUP BY status
+
+-- name: count_review_rows_by_reason
+-- One count per review reason of rows in review, dismissed ones included, ordered by reason.
+SELECT review_reason, count(*) AS n
+FROM email_outbox
+WHERE status = 'review'
+GROUP BY review_reason
+ORDER BY review_reason
+
+-- name: oldest_ready_pending_age
+-- Seconds the oldest ready pending row has waited; NULL when no pending row is ready.
+SELECT extract(epoch FROM now() - min(available_at))::float8 AS oldest_pending
+FROM email_outbox
+WHERE status = 'pending' AND available_at <= now()
+
+-- name: closest_to_retry_cutoff
+-- The unfinished row retried longest and the seconds left before its retry cutoff; no row when none is retried.
+SELECT message_key,
+       extract(epoch FROM first_attempt_at + make_interval(secs => %(cutoff_seconds)s) - now())::float8
+           AS remaining
+FROM (
+    -- One branch per status so each reads only its partial index.
+    (SELECT message_key, first_attempt_at FROM email_outbox
+      WHERE status = 'pending' AND first_attempt_at IS NOT NULL
+      ORDER BY first_attempt_at LIMIT 1)
+    UNION ALL
+    (SELECT message_key, first_attempt_at FROM email_outbox
+      WHERE status = 'processing' AND first_attempt_at IS NOT NULL
+      ORDER BY first_attempt_at LIMIT 1)
+) AS retried
+ORDER BY first_attempt_at
+LIMIT 1
+
+-- name: recent_activity
+-- One row of counts: lease recoveries, abandoned attempts, conflicts and unknown delivery events (24 h), sends (1 h, 24 h).
+SELECT
+  -- A recovery is an attempt whose previous attempt on the same row never
+  -- finished: its worker died and another claimed the row after the lease.
+  (SELECT count(*) FROM email_attempts a
+    WHERE a.outcome IS NULL AND a.finished_at IS NULL
+      AND a.started_at > now() - interval '48 hours'
+      AND (SELECT b.started_at FROM email_attempts b
+            WHERE b.message_key = a.message_key AND b.id > a.id
+            ORDER BY b.id LIMIT 1) > now() - interval '24 hours') AS lease_recoveries,
+  -- An abandoned attempt never finished and nobody has claimed its row since.
+  (SELECT count(*) FROM email_attempts a JOIN email_outbox o USING (message_key)
+    WHERE a.outcome IS NULL AND a.finished_at IS NULL
+      AND NOT EXISTS (SELECT 1 FROM email_attempts b
+                       WHERE b.message_key = a.message_key AND b.id > a.id)
+      AND NOT (o.status = 'processing' AND o.lease_token = a.lease_token
+               AND o.locked_until > now())) AS abandoned,
+  (SELECT count(*) FROM stripe_events
+    WHERE outcome = 'conflict' AND first_received_at > now() - interval '24 hours') AS conflicts,
+  (SELECT count(*) FROM resend_events
+    WHERE outcome = 'unknown_email' AND received_at > now() - interval '24 hours')
+      AS unknown_deliveries,
+  (SELECT count(*) FROM email_outbox
+    WHERE status = 'sent' AND sent_at > now() - interval '1 hour') AS sent_hour,
+  (SELECT count(*) FROM email_outbox
+    WHERE status = 'sent' AND sent_at > now() - interval '24 hours') AS sent_day
+
+-- name: recent_delivery_problems
+-- Each receipt once whose delivery event applied in the last 24 h left it in one of the given delivery statuses.
+SELECT DISTINCT ON (e.message_key) e.message_key, o.delivery_status, o.delivery_status_at
+FROM resend_events e JOIN email_outbox o USING (message_key)
+WHERE e.received_at > now() - interval '24 hours' AND e.outcome = 'applied'
+  AND o.delivery_status = ANY(%(problem_statuses)s)
+ORDER BY e.message_key
+
+-- name: provider_answers_by_class
+-- Provider calls finished within the window, counted by answer class: 2xx, 4xx, 5xx, timeout.
+SELECT CASE WHEN http_status IS NULL THEN 'timeout'
+            WHEN http_status BETWEEN 200 AND 299 THEN '2xx'
+            WHEN http_status BETWEEN 400 AND 499 THEN '4xx'
+            WHEN http_status >= 500 THEN '5xx' END AS answer,
+       count(*) AS n
+FROM email_attempts
+WHERE finished_at > now() - make_interval(secs => %(window_seconds)s)
+  -- Through the started_at index: a call lasts seconds, far less than this.
+  AND started_at > now() - make_interval(secs => %(started_within_seconds)s)
+  -- A real request to the provider: it answered, or timed out and will be retried.
+  AND (http_status IS NOT NULL OR outcome = %(retry)s)
+GROUP BY 1
+
+-- name: provider_latency
+-- Count, total seconds and the given quantiles of the duration of provider calls finished within the window.
+SELECT count(*) AS n,
+       coalesce(sum(extract(epoch FROM finished_at - started_at)), 0)::float8 AS total,
+       percentile_cont(%(quantiles)s::float8[]) WITHIN GROUP
+           (ORDER BY extract(epoch FROM finished_at - started_at)) AS quantiles
+FROM email_attempts
+WHERE finished_at > now() - make_interval(secs => %(window_seconds)s)
+  AND started_at > now() - make_interval(secs => %(started_within_seconds)s)
+  AND (http_status IS NOT NULL OR outcome = %(retry)s)
+
+-- name: keys_of_message_key
+-- The message key itself when a receipt has it; no row otherwise.
+SELECT message_key FROM email_outbox WHERE message_key = %(key)s
+
+-- name: keys_of_invoice
+-- Every receipt of one invoice id (Connect accounts, modes, resends), oldest first.
+SELECT message_key FROM email_outbox
+WHERE invoice_id = %(invoice_id)s
+ORDER BY created_at, message_key
+
+-- name: timeline_row
+-- One receipt's row without its frozen email: of the payload, only the recipients.
+SELECT message_key, purpose, account, livemode, invoice_id, source_event_id, status,
+       review_reason, attempts, available_at, created_at, updated_at, first_attempt_at,
+       locked_until, lease_token, provider_id, sent_at, last_error, delivery_status,
+       delivery_status_at, payload -> 'to' AS recipients
+FROM email_outbox
+WHERE message_key = %(key)s
+
+-- name: timeline_payload
+-- One receipt's frozen email (recipients, body, invoice link), read only when asked for.
+SELECT payload FROM email_outbox WHERE message_key = %(key)s
+
+-- name: timeline_stripe_events
+-- The Stripe events that named this receipt, first received first.
+SELECT event_id, event_type, outcome, detail, deliveries, first_received_at, last_received_at
+FROM stripe_events
+WHERE message_key = %(key)s
+ORDER BY first_received_at
+
+-- name: timeline_attempts
+-- Every attempt of one receipt in order, with whether its lease still holds and whether the provider has forgotten its key.
+SELECT a.attempt, a.worker_id, a.started_at, a.finished_at, a.http_status,
+       a.provider_error, a.provider_id, a.outcome,
+       (o.status = 'processing' AND o.lease_token = a.lease_token
+        AND o.locked_until > now()) AS lease_held,
+       a.started_at < now() - make_interval(secs => %(key_retention_seconds)s) AS beyond_key_window
+FROM email_attempts a JOIN email_outbox o USING (message_key)
+WHERE a.message_key = %(key)s
+ORDER BY a.id
+
+-- name: timeline_operator_actions
+-- Every decision a person recorded about this receipt, oldest first.
+SELECT action, performed_by, reason, performed_at, details
+FROM operator_actions
+WHERE message_key = %(key)s
+ORDER BY performed_at, id
+
+-- name: timeline_delivery_events
+-- The receipt's delivery events, and those no receipt recorded that carry its Resend tag, oldest first.
+SELECT svix_id, event_type, email_id, outcome, occurred_at, received_at
+FROM resend_events WHERE message_key = %(key)s
+UNION ALL
+SELECT svix_id, event_type, email_id, outcome, occurred_at, received_at
+FROM resend_events WHERE outcome = 'unknown_email' AND message_tag = %(tag)s
+ORDER BY received_at

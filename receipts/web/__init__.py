@@ -11,12 +11,15 @@ from flask import Blueprint, Flask, Response, current_app, jsonify, request
 
 from receipts.config import WEB_REQUIRES, Settings, load_settings
 from receipts.db import Database, DatabaseUnavailable
+from receipts.ingest.deriving import IN_REQUEST_BUDGET_SECONDS, ReceiptDeriver
 from receipts.ingest.events import RejectedDelivery, decode_event, verify_signature
-from receipts.ingest.receipt import MalformedEvent, derive_receipt
+from receipts.ingest.receipt import MalformedEvent
 from receipts.ingest.rendering import Renderer
 from receipts.ingest.store import IngestResult, ingest
+from receipts.ingest.thin_events import ThinEvents, looks_thin
 from receipts.ingest.wakeup import WakeUp
 from receipts.logs import log_fields
+from receipts.stripe_api.client import IN_REQUEST, StripeApi
 from receipts.vocabulary import NOTIFY_CHANNEL
 from receipts.web import metrics
 from receipts.web import resend_webhooks as delivery_webhooks
@@ -35,6 +38,11 @@ class Services:
         self.database = database
         self.renderer = Renderer(locale=settings.locale, template_dir=settings.template_dir)
         self.wake_up = WakeUp(database.url, NOTIFY_CHANNEL)
+        api = StripeApi.from_settings(settings, IN_REQUEST)
+        self.deriver = ReceiptDeriver(
+            settings, self.renderer, api, budget_seconds=IN_REQUEST_BUDGET_SECONDS
+        )
+        self.thin_events = ThinEvents(database, self.deriver, self.wake_up)
 
 
 def create_app(
@@ -90,14 +98,11 @@ def _handle_stripe_event(started: float) -> tuple[Response, int, str, str]:
         text = verify_signature(
             body, request.headers.get("Stripe-Signature"), svc.settings.stripe_webhook_secrets
         )
+        if looks_thin(text):
+            thin = svc.thin_events.receive(text)
+            return jsonify(thin.body), thin.status, thin.event_type, thin.outcome
         header, _event = decode_event(text)
-        decision = derive_receipt(
-            header,
-            svc.renderer,
-            email_from=svc.settings.email_from or "",
-            reply_to=svc.settings.reply_to,
-            send_zero_value=svc.settings.send_zero_value,
-        )
+        decision = svc.deriver.derive(header)
     except RejectedDelivery as rejected:
         log_fields(
             log,

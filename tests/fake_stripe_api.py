@@ -26,8 +26,9 @@ Control API (JSON): ``POST /_state`` ``{"account": "platform", "invoices": [],
 "events": [{"event": {...}, "delivered": false}], "customers": [], "charges": [],
 "payment_intents": [], "invoice_payments": [], "payment_records": []}`` adds
 objects; ``POST /_script`` ``{"answers": [{"status": 500, "path": "/v1/invoices",
-"headers": {"Retry-After": "1"}}]}`` queues error answers for the next requests
-whose path starts with ``path`` (any path when absent); ``GET /_requests``
+"headers": {"Retry-After": "1"}, "after": 0}]}`` queues error answers for the next
+requests whose path starts with ``path`` (any path when absent), each once
+``after`` such requests went through; ``GET /_requests``
 lists every API request (method, path, query, account headers);
 ``POST /_reset`` forgets everything.
 """
@@ -106,6 +107,9 @@ class FakeStripe:
     def _scripted(self, path: str) -> Answer | None:
         for position, answer in enumerate(self._script):
             if path.startswith(answer.get("path", "")):
+                if answer.get("after", 0) > 0:
+                    answer["after"] -= 1  # let this many matching requests through first
+                    continue
                 del self._script[position]
                 status = int(answer.get("status", 500))
                 kind = {429: "rate_limit_error", 500: "api_error"}.get(

@@ -18,7 +18,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from prometheus_client import Counter
 
@@ -183,14 +183,3 @@ class _Lookups:
 def _short(error: BaseException) -> str:
     text = str(error).strip().splitlines()
     return text[0][:300] if text else type(error).__name__
-
-
-def facts_summary(facts: ApiFacts) -> dict[str, Any]:
-    """What a log line may say about the facts (no email, no URL)."""
-    method = facts.payment_method
-    return {
-        "payment_method": f"{method.kind}/{method.brand or '-'}/{method.last4 or '-'}"
-        if method
-        else None,
-        "locales": ",".join(facts.preferred_locales) or None,
-    }

@@ -263,3 +263,15 @@ def test_an_empty_webhook_secret_is_refused_with_the_reason(value: str) -> None:
     assert "\n" not in str(raised.value)
     if not value.strip():
         assert "stripe login" in str(raised.value)
+
+
+def test_receipts_dev_stops_at_start_on_an_empty_webhook_secret(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`receipts dev` says why in one line (exit 2) before starting anything."""
+    from receipts.cli import main
+
+    assert main(["dev", "--port", "8000"], {"STRIPE_WEBHOOK_SECRET": ""}) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("receipts: configuration error: STRIPE_WEBHOOK_SECRET: is set but empty")
+    assert "\n" not in err

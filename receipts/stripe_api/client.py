@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -107,6 +108,9 @@ class StripeApi:
         timing: Timing = BATCH,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
+        # The library logs every request and response, with its URL, at INFO;
+        # our own log lines say what each call meant and when one failed.
+        logging.getLogger("stripe").setLevel(logging.WARNING)
         http = stripe.RequestsClient(timeout=(timing.connect, timing.read))
         self.client = stripe.StripeClient(
             api_key,

@@ -3,6 +3,7 @@ errors in our words, bounded waits, Connect headers, and the receipt facts it ad
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 
 import pytest
@@ -56,6 +57,18 @@ def test_an_invoice_comes_back_as_the_json_stripe_sent(fake: FakeStripeClient) -
     found = api(fake).invoice(invoice["id"], Scope())
     assert found["id"] == invoice["id"] and found["lines"] == invoice["lines"]
     assert type(found) is dict and type(found["lines"]) is dict
+
+
+def test_the_library_does_not_log_each_request(
+    fake: FakeStripeClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Our lines say what a call meant; the library's per-request INFO lines (with URLs)
+    would double every webhook's log."""
+    invoice = objects.invoice()
+    fake.add(invoices=[invoice])
+    with caplog.at_level(logging.INFO):
+        api(fake).invoice(invoice["id"], Scope())
+    assert [r for r in caplog.records if r.name.startswith("stripe")] == []
 
 
 def test_connect_calls_name_the_account_as_the_library_does(fake: FakeStripeClient) -> None:

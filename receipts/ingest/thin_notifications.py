@@ -78,6 +78,9 @@ def parse(text: str, parser: stripe.StripeClient) -> Notification:
         json.dumps(body, ensure_ascii=False).encode("utf-8")
     except (ValueError, KeyError, TypeError, UnicodeEncodeError) as exc:
         raise RejectedDelivery(400, f"not a usable thin event notification: {exc}") from None
+    if "\\u0000" in text:
+        # The body is stored as jsonb, which cannot hold a NUL character.
+        raise RejectedDelivery(400, "thin event notification contains \\u0000")
     related = getattr(notification, "related_object", None)
     invoice_id = getattr(related, "id", None)
     problem = _problem(notification.id, notification.type, body, invoice_id)

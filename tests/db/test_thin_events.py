@@ -306,6 +306,8 @@ def test_a_badly_signed_or_malformed_notification_stores_nothing(
         notification | {"related_object": {"id": "cus_1", "type": "customer", "url": "/v1/x"}},
         notification | {"context": "org_1Nope"},
         notification | {"livemode": "no"},
+        notification
+        | {"reason": {"type": "request", "request": {"id": "r\u0000", "idempotency_key": None}}},
     ):
         assert deliver(web, broken).status_code == 400
     assert db.execute("SELECT count(*) AS n FROM stripe_thin_events").fetchone() == {"n": 0}

@@ -37,6 +37,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "review": ("receipts.commands.review", "list and decide receipts that need a person"),
     "import": ("receipts.commands.import_sent", "record receipts an earlier system already sent"),
     "prune": ("receipts.commands.prune", "drop old events, attempts and payloads; keep keys"),
+    "backfill": ("receipts.commands.backfill", "ingest invoice.paid events Stripe did not deliver"),
+    "reconcile": ("receipts.commands.reconcile", "list (or --apply) paid invoices with no receipt"),
 }
 
 

@@ -19,6 +19,8 @@ from receipts.addresses import mailbox_address
 # the product promises never to create on its own.
 PROVIDER_KEY_RETENTION_HOURS = 24.0
 
+_STRIPE_KEY_PREFIXES = ("rk_live_", "rk_test_", "sk_live_", "sk_test_")
+
 
 class ConfigError(Exception):
     """A setting is missing or malformed; the message names the variable."""
@@ -39,6 +41,8 @@ class Settings:
     resend_api_key: str | None = None
     resend_api_url: str = "https://api.resend.com"
     resend_webhook_secret: str | None = None
+    stripe_api_key: str | None = None
+    stripe_api_base: str = "https://api.stripe.com"
     send_rate: float = 0.0
     provider_timeout: float = 10.0
     provider_connect_timeout: float = 5.0
@@ -68,6 +72,7 @@ REQUIRABLE = {
     "EMAIL_FROM": "email_from",
     "RESEND_API_KEY": "resend_api_key",
     "RESEND_WEBHOOK_SECRET": "resend_webhook_secret",
+    "STRIPE_API_KEY": "stripe_api_key",
 }
 
 WEB_REQUIRES = ("DATABASE_URL", "STRIPE_WEBHOOK_SECRET", "EMAIL_FROM")
@@ -85,6 +90,8 @@ def load_settings(environ: Mapping[str, str], *, required: Iterable[str] = ()) -
         resend_api_key=reader.text("RESEND_API_KEY"),
         resend_api_url=reader.http_url("RESEND_API_URL", "https://api.resend.com"),
         resend_webhook_secret=reader.text("RESEND_WEBHOOK_SECRET"),
+        stripe_api_key=reader.stripe_key("STRIPE_API_KEY"),
+        stripe_api_base=reader.http_url("STRIPE_API_BASE", "https://api.stripe.com"),
         send_rate=reader.number("RECEIPTS_SEND_RATE", 0.0, minimum=0.0),
         provider_timeout=reader.number(
             "RECEIPTS_PROVIDER_TIMEOUT", 10.0, minimum=0.1, maximum=10.0
@@ -138,12 +145,28 @@ class _Reader:
     def secrets(self, name: str, *, prefix: str) -> tuple[str, ...]:
         value = self.text(name)
         if value is None:
+            if name in self._environ:
+                # `export STRIPE_WEBHOOK_SECRET=$(stripe listen --print-secret)` sets it
+                # to nothing when the CLI is not logged in; every signature would fail.
+                raise ConfigError(
+                    name,
+                    "is set but empty (`stripe listen --print-secret` prints nothing "
+                    "until `stripe login` succeeds): set a secret or unset the variable",
+                )
             return ()
         secrets = tuple(part.strip() for part in value.split(",") if part.strip())
+        if not secrets:
+            raise ConfigError(name, "names no secret (only commas)")
         for position, secret in enumerate(secrets, start=1):
             if not secret.startswith(prefix):
                 raise ConfigError(name, f"secret #{position} does not start with {prefix!r}")
         return secrets
+
+    def stripe_key(self, name: str) -> str | None:
+        value = self.text(name)
+        if value is not None and not value.startswith(_STRIPE_KEY_PREFIXES):
+            raise ConfigError(name, "must be a restricted (rk_…) or secret (sk_…) Stripe key")
+        return value
 
     def address(self, name: str) -> str | None:
         value = self.text(name)

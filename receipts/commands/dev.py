@@ -133,6 +133,10 @@ def _prepare(configured: Settings, state_override: Path | None, cleanup: ExitSta
     if email_from is None:
         email_from = DEV_EMAIL_FROM
         notes.append(f"sender     {DEV_EMAIL_FROM} (EMAIL_FROM is not set)")
+    if configured.stripe_api_key:
+        notes.append(f"stripe api {configured.stripe_api_base} (thin events, receipt facts)")
+    else:
+        notes.append("stripe api none (STRIPE_API_KEY is not set: thin events wait for one)")
     mail_dir = configured.mail_dir or folder / "mail"
     if configured.resend_api_key:
         notes.append(f"mail       sent through Resend at {configured.resend_api_url}")
@@ -202,10 +206,11 @@ def _print_banner(setup: DevSetup, http: BaseWSGIServer) -> None:
         f"  webhook    POST http://{HOST}:{port}/webhooks/stripe",
         *(f"  {note}" for note in setup.notes),
         "",
-        "  Forward Stripe test events (Stripe CLI):",
-        f"    stripe listen --forward-to localhost:{port}/webhooks/stripe",
+        "  Forward Stripe test events (Stripe CLI, after `stripe login`):",
+        f"    stripe listen --events invoice.paid --forward-to localhost:{port}/webhooks/stripe",
+        "    stripe trigger invoice.paid --override customer:email=you@example.com",
         "    (start receipts dev with STRIPE_WEBHOOK_SECRET=$(stripe listen --print-secret)",
-        "     so their signatures verify)",
+        "     so their signatures verify; thin events also need STRIPE_API_KEY)",
         "  Replay a saved event from another terminal:",
         f"    {_invoked_as()} replay examples/invoice_paid.json{_url_option(port)}",
         "  Inspect what happened (status, show, review) from another terminal:",

@@ -14,12 +14,13 @@ from __future__ import annotations
 import argparse
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from receipts.commands import database_settings
 from receipts.commands.formatting import duration
 from receipts.operations.snapshot import read_only_snapshot
 from receipts.operations.status_summary import Status, read_status
+from receipts.operations.stripe_status import read_stripe_status, stripe_lines, stripe_problems
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smh]?)$")
 _UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600}
@@ -49,18 +50,27 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     settings, database_url = database_settings(environ)
     with read_only_snapshot(database_url) as conn:
         status = read_status(conn, retry_cutoff_hours=settings.retry_cutoff_hours)
+        stripe_side = read_stripe_status(conn)
     max_pending_age = (
         settings.max_pending_age if args.max_pending_age is None else args.max_pending_age
     )
-    problems = needs_person(status, max_pending_age)
+    problems = needs_person(status, max_pending_age) + stripe_problems(stripe_side, max_pending_age)
     if args.json:
-        document = status.as_dict()
+        document = status.as_dict() | stripe_side.as_dict()
         document["max_pending_age_seconds"] = max_pending_age
         document["retry_cutoff_hours"] = settings.retry_cutoff_hours
         document["needs_person"] = problems
         print(json.dumps(document, indent=2, sort_keys=True, default=str))
     else:
-        print(render(status, max_pending_age, settings.retry_cutoff_hours, problems))
+        print(
+            render(
+                status,
+                max_pending_age,
+                settings.retry_cutoff_hours,
+                problems,
+                more=stripe_lines(stripe_side),
+            )
+        )
     return 1 if problems else 0
 
 
@@ -92,7 +102,13 @@ def _delivery_problem_lines(status: Status) -> list[str]:
     return lines
 
 
-def render(status: Status, max_pending_age: float, cutoff_hours: float, problems: list[str]) -> str:
+def render(
+    status: Status,
+    max_pending_age: float,
+    cutoff_hours: float,
+    problems: list[str],
+    more: Sequence[str] = (),
+) -> str:
     counts = "  ".join(f"{name} {count}" for name, count in status.counts.items())
     lines = [f"outbox          {counts}"]
     lines.append(
@@ -121,6 +137,7 @@ def render(status: Status, max_pending_age: float, cutoff_hours: float, problems
     lines.append(
         f"sent            last hour {status.sent_last_hour}, last day {status.sent_last_day}"
     )
+    lines += more
     lines.append("")
     if problems:
         lines.extend(f"NEEDS A PERSON: {problem}" for problem in problems)

@@ -4,7 +4,7 @@ Each file in this folder holds named statements::
 
     -- name: insert_outbox_row
     -- One row per message key: a second insert of the same key does nothing.
-    INSERT INTO email_outbox ...
+    insert into email_outbox ...
 
 The comment lines travel with the statement to the server, so
 ``pg_stat_activity``, the server log and the fault lab's TCP proxy all see

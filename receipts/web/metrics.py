@@ -51,6 +51,7 @@ from receipts.operations.status_summary import (
     read_provider_activity,
     read_status,
 )
+from receipts.operations.stripe_status import StripeCollector
 from receipts.vocabulary import ReviewReason
 
 log = logging.getLogger("receipts.web.metrics")
@@ -88,6 +89,7 @@ def init_app(app: Flask, settings: Settings, database: Database) -> None:
     """Register ``/metrics`` with a registry of the database gauges for this app."""
     database_registry = CollectorRegistry(auto_describe=False)
     database_registry.register(OutboxCollector(database, settings.retry_cutoff_hours))
+    database_registry.register(StripeCollector(database))
     app.extensions[_EXTENSION] = database_registry
     app.register_blueprint(blueprint)
 

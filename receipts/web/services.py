@@ -16,8 +16,11 @@ from svix.webhooks import Webhook
 from receipts.config import Settings
 from receipts.db import Database
 from receipts.ingest.delivery_events import signature_verifier
+from receipts.ingest.deriving import IN_REQUEST_BUDGET_SECONDS, ReceiptDeriver
 from receipts.ingest.rendering import Renderer
+from receipts.ingest.thin_events import ThinEvents
 from receipts.ingest.wakeup import WakeUp
+from receipts.stripe_api.client import IN_REQUEST, StripeApi
 from receipts.vocabulary import NOTIFY_CHANNEL
 
 _EXTENSION = "receipts"
@@ -32,6 +35,8 @@ class Services:
     renderer: Renderer
     wake_up: WakeUp
     resend_verifier: Webhook | None  # None: Resend delivery webhooks not configured
+    deriver: ReceiptDeriver  # invoice -> receipt decision, with the Stripe API's facts if keyed
+    thin_events: ThinEvents
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Services:
@@ -42,12 +47,18 @@ class Services:
             max_size=settings.pool_max_size,
             timeout=settings.database_timeout,
         )
+        renderer = Renderer(locale=settings.locale, template_dir=settings.template_dir)
+        wake_up = WakeUp(database.url, NOTIFY_CHANNEL)
+        api = StripeApi.from_settings(settings, IN_REQUEST)
+        deriver = ReceiptDeriver(settings, renderer, api, budget_seconds=IN_REQUEST_BUDGET_SECONDS)
         return cls(
             settings=settings,
             database=database,
-            renderer=Renderer(locale=settings.locale, template_dir=settings.template_dir),
-            wake_up=WakeUp(database.url, NOTIFY_CHANNEL),
+            renderer=renderer,
+            wake_up=wake_up,
             resend_verifier=signature_verifier(settings.resend_webhook_secret),
+            deriver=deriver,
+            thin_events=ThinEvents(database, deriver, wake_up),
         )
 
 

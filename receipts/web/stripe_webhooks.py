@@ -22,8 +22,9 @@ from receipts.ingest.events import (
     decode_event,
     verify_signature,
 )
-from receipts.ingest.receipt import Decision, derive_receipt
+from receipts.ingest.receipt import Decision
 from receipts.ingest.store import IngestResult, ingest
+from receipts.ingest.thin_events import looks_thin
 from receipts.logs import log_fields
 from receipts.vocabulary import IngestOutcome
 from receipts.web import metrics
@@ -58,8 +59,11 @@ def _handle_stripe_event(started: float) -> _Answer:
         text = verify_signature(
             body, request.headers.get("Stripe-Signature"), svc.settings.stripe_webhook_secrets
         )
+        if looks_thin(text):
+            thin = svc.thin_events.receive(text)
+            return jsonify(thin.body), thin.status, thin.event_type, thin.outcome
         header, _event = decode_event(text)
-        decision = _derive(svc, header)
+        decision = svc.deriver.derive(header)
     except RejectedDelivery as rejected:
         log_fields(
             log,
@@ -78,16 +82,6 @@ def _handle_stripe_event(started: float) -> _Answer:
             "malformed",
         )
     return _store(svc, header, decision, started)
-
-
-def _derive(svc: Services, header: EventHeader) -> Decision:
-    return derive_receipt(
-        header,
-        svc.renderer,
-        email_from=svc.settings.email_from or "",
-        reply_to=svc.settings.reply_to,
-        send_zero_value=svc.settings.send_zero_value,
-    )
 
 
 def _store(svc: Services, header: EventHeader, decision: Decision, started: float) -> _Answer:

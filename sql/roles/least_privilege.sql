@@ -15,9 +15,12 @@
 -- receipts_web (gunicorn wsgi:app):
 --   * ingest: insert Stripe events and outbox rows, read the columns the
 --     duplicate check needs, count redeliveries of an event;
+--   * thin event notifications: store them, count their redeliveries, note a
+--     failed fetch of their invoice, mark them resolved;
 --   * Resend delivery webhooks: store delivery events, set a sent row's
 --     delivery_status (and nothing else of the row);
---   * /metrics: read the outbox's state columns and the attempt log.
+--   * /metrics: read the outbox's state columns, the attempt log, waiting
+--     thin notifications and the reconcile runs.
 --   It cannot read the frozen emails (payload), change a row's status, or
 --   delete anything.
 -- receipts_worker (receipts worker): claim and update outbox rows, write
@@ -47,8 +50,8 @@ $$;
 
 -- Start from nothing, so a rerun also takes back what an older version granted.
 REVOKE ALL ON stripe_events, email_outbox, email_attempts, operator_actions, resend_events,
-    schema_migrations FROM receipts_web, receipts_worker;
-REVOKE ALL ON SEQUENCE email_attempts_id_seq, operator_actions_id_seq
+    stripe_thin_events, reconcile_runs, schema_migrations FROM receipts_web, receipts_worker;
+REVOKE ALL ON SEQUENCE email_attempts_id_seq, operator_actions_id_seq, reconcile_runs_id_seq
     FROM receipts_web, receipts_worker;
 
 GRANT USAGE ON SCHEMA public TO receipts_web, receipts_worker;
@@ -61,12 +64,16 @@ GRANT SELECT (message_key, fingerprint, status, review_reason, available_at, fir
               lease_token, locked_until, provider_id, sent_at, delivery_status,
               delivery_status_at)
     ON email_outbox TO receipts_web;
+-- web: thin event notifications (stored, then resolved once their invoice is fetched)
+GRANT SELECT, INSERT ON stripe_thin_events TO receipts_web;
+GRANT UPDATE (deliveries, last_received_at, fetch_attempts, last_error, status, resolved_at)
+    ON stripe_thin_events TO receipts_web;
 -- web: Resend delivery webhooks
 GRANT SELECT, INSERT ON resend_events TO receipts_web;
 GRANT UPDATE (outcome, message_key) ON resend_events TO receipts_web;
 GRANT UPDATE (delivery_status, delivery_status_at, updated_at) ON email_outbox TO receipts_web;
 -- web: /metrics
-GRANT SELECT ON email_attempts TO receipts_web;
+GRANT SELECT ON email_attempts, reconcile_runs TO receipts_web;
 
 -- worker
 GRANT SELECT, UPDATE ON email_outbox TO receipts_worker;

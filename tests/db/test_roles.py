@@ -302,3 +302,40 @@ def test_ingest_statements_change_no_outbox_row_but_its_delivery_status(
     assert changes == {"set_delivery_status": {"Update"}}, json.dumps(
         {name: sorted(found) for name, found in changes.items()}
     )
+
+
+def test_web_role_stores_and_resolves_a_thin_event(
+    roles: dict[str, str], environ: dict[str, str], db: Db
+) -> None:
+    """A thin notification runs as receipts_web: stored, its invoice fetched from the fake
+    Stripe API, the receipt queued, the notification resolved, /metrics read; it still
+    cannot change or delete the notification's record."""
+    from tests import stripe_objects
+    from tests.fake_stripe_api import running_fake_stripe_api
+
+    with running_fake_stripe_api("rk_test_roles") as stripe_api:
+        invoice = stripe_objects.invoice()
+        stripe_api.add(invoices=[invoice], customers=[stripe_objects.customer()])
+        settings = load_settings(
+            {**environ, "DATABASE_URL": roles["receipts_web"], "STRIPE_API_KEY": "rk_test_roles",
+             "STRIPE_API_BASE": stripe_api.url}
+        )  # fmt: skip
+        app = create_app(settings)
+        try:
+            client = app.test_client()
+            notification = stripe_objects.thin_notification(invoice["id"])
+            data, headers = stripe_objects.signed(notification, TEST_SECRET)
+            for _ in range(2):
+                response = client.post("/webhooks/stripe", data=data, headers=headers)
+                assert response.status_code == 200, response.json
+            metrics = client.get("/metrics").get_data(as_text=True)
+        finally:
+            app.extensions["receipts"].database.close()
+    assert row(db, f"platform/test/{invoice['id']}/invoice-paid")["status"] == "pending"
+    stored = db.execute("SELECT status, deliveries FROM stripe_thin_events").fetchone()
+    assert stored == {"status": "resolved", "deliveries": 2}
+    assert "receipts_thin_events_pending 0.0" in metrics
+    web_url = roles["receipts_web"]
+    assert refused(web_url, "DELETE FROM stripe_thin_events")
+    assert refused(web_url, "UPDATE stripe_thin_events SET notification = '{}'")
+    assert refused(web_url, "DELETE FROM reconcile_runs")

@@ -74,7 +74,11 @@ def test_dev_turns_a_replayed_storm_into_one_eml_and_stops_cleanly_on_ctrl_c(
     port = free_port()
     process, banner = start_dev(dev_environ(state), port)
     try:
-        assert f"    stripe listen --forward-to localhost:{port}/webhooks/stripe" in banner
+        listen = (
+            f"    stripe listen --events invoice.paid --forward-to localhost:{port}/webhooks/stripe"
+        )
+        assert listen in banner
+        assert "    stripe trigger invoice.paid --override customer:email=you@example.com" in banner
         assert any("generated a local webhook secret" in line for line in banner)
         pid_file = dev_data_dir(state) / "postmaster.pid"
         server_pid = int(pid_file.read_text().split("\n", 1)[0])

@@ -1,0 +1,75 @@
+"""The one place a Stripe invoice becomes a receipt decision, with the API's facts when it may.
+
+Every way an invoice arrives (a snapshot webhook, a thin notification,
+``receipts backfill``, ``receipts reconcile``) goes through
+:meth:`ReceiptDeriver.derive`, so one invoice gives one message key and one
+fingerprint whichever way it came. With ``STRIPE_API_KEY`` set, a paid invoice
+that will get a receipt is first completed from the API
+(:mod:`receipts.stripe_api.facts`); without a key, or when a look-up fails, it
+is derived exactly as it would be without one.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+from receipts.config import Settings
+from receipts.ingest.api_facts import ApiFacts
+from receipts.ingest.events import EventHeader
+from receipts.ingest.receipt import Decision, derive_receipt
+from receipts.ingest.rendering import Renderer
+from receipts.stripe_api.client import Scope, StripeApi
+from receipts.stripe_api.facts import enrich
+
+# Inside a webhook request the look-ups share this budget; the rest are skipped.
+IN_REQUEST_BUDGET_SECONDS = 4.0
+
+
+class ReceiptDeriver:
+    """Derives receipts with one renderer, one set of settings and, optionally, the API."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        renderer: Renderer,
+        api: StripeApi | None,
+        *,
+        budget_seconds: float | None = None,
+    ) -> None:
+        self.settings = settings
+        self.renderer = renderer
+        self.api = api
+        self._budget = budget_seconds
+
+    def derive(self, header: EventHeader, scope: Scope | None = None) -> Decision:
+        """Decide what one invoice event means; may raise MalformedEvent like derive_receipt."""
+        if self.api is None or not self._will_be_sent(header):
+            return self._derive(header, None)
+        deadline = None if self._budget is None else time.monotonic() + self._budget
+        enriched = enrich(
+            self.api,
+            header.data_object,
+            scope or Scope(account=header.account),
+            deadline=deadline,
+        )
+        return self._derive(replace(header, data_object=enriched.invoice), enriched.facts)
+
+    def _derive(self, header: EventHeader, facts: ApiFacts | None) -> Decision:
+        # The ApiFacts join the derivation here, as `api_facts=facts`, once
+        # derive_receipt takes them; everything else already flows through.
+        del facts
+        return derive_receipt(
+            header,
+            self.renderer,
+            email_from=self.settings.email_from or "",
+            reply_to=self.settings.reply_to,
+            send_zero_value=self.settings.send_zero_value,
+        )
+
+    def _will_be_sent(self, header: EventHeader) -> bool:
+        """Only a paid invoice that is not ignored is worth the API's time."""
+        invoice = header.data_object
+        if header.event_type != "invoice.paid" or invoice.get("status") != "paid":
+            return False
+        return self.settings.send_zero_value or invoice.get("amount_paid") != 0

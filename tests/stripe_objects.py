@@ -1,0 +1,243 @@
+"""Stripe API objects shaped as the API returns them today, and thin notifications.
+
+Field sets follow Stripe's own OpenAPI fixtures (``openapi/fixtures3.json`` of
+github.com/stripe/openapi, API version 2026-10-28): an invoice has no
+``charge`` any more (its payments are listed at ``/v1/invoice_payments``), a
+line list carries ``has_more`` and its own ``url``, a charge keeps the card in
+``payment_method_details``. ``tests.stripe_events.invoice`` is the older
+snapshot shape that webhooks of accounts on earlier API versions carry.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from typing import Any
+
+from tests.stripe_events import sign
+
+_counter = itertools.count(1)
+PAID_AT = 1764460800
+
+
+def line(invoice_id: str, amount: int, n: int) -> dict[str, Any]:
+    return {
+        "id": f"il_1Line{n:04d}{invoice_id[-6:]}",
+        "object": "line_item",
+        "amount": amount,
+        "currency": "usd",
+        "description": f"Seat {n}",
+        "discount_amounts": [],
+        "discountable": True,
+        "discounts": [],
+        "invoice": invoice_id,
+        "livemode": False,
+        "metadata": {},
+        "parent": {"type": "invoice_item_details", "invoice_item_details": {"proration": False}},
+        "period": {"end": PAID_AT, "start": PAID_AT - 30 * 86400},
+        "pretax_credit_amounts": [],
+        "pricing": {"type": "price_details", "unit_amount_decimal": str(amount)},
+        "quantity": 1,
+        "subtotal": amount,
+        "taxes": [],
+    }
+
+
+def invoice(
+    *,
+    invoice_id: str | None = None,
+    customer: str = "cus_1Jenny",
+    email: str | None = "jenny.rosen@example.com",
+    amount: int = 1999,
+    lines: int = 1,
+    shown_lines: int | None = None,
+    status: str = "paid",
+    livemode: bool = False,
+    created: int = PAID_AT - 600,
+) -> dict[str, Any]:
+    """An invoice as ``GET /v1/invoices/{id}`` returns it; ``shown_lines`` < ``lines`` cuts
+    the embedded list short (``has_more``) as Stripe does past its first handful."""
+    n = next(_counter)
+    invoice_id = invoice_id or f"in_1Api{n:06d}Xyz"
+    share = amount // lines
+    every_line = [line(invoice_id, share if i else amount - share * (lines - 1), i)
+                  for i in range(lines)]  # fmt: skip
+    shown = every_line[: shown_lines if shown_lines is not None else lines]
+    return {
+        "id": invoice_id,
+        "object": "invoice",
+        "account_country": "US",
+        "account_name": "Example Inc.",
+        "amount_due": amount,
+        "amount_overpaid": 0,
+        "amount_paid": amount if status == "paid" else 0,
+        "amount_remaining": 0 if status == "paid" else amount,
+        "attempt_count": 1,
+        "attempted": True,
+        "billing_reason": "subscription_cycle",
+        "collection_method": "charge_automatically",
+        "created": created,
+        "currency": "usd",
+        "customer": customer,
+        "customer_email": email,
+        "customer_name": "Jenny Rosen",
+        "hosted_invoice_url": f"https://invoice.stripe.com/i/acct_1Test/test_{invoice_id}?s=ap",
+        "invoice_pdf": f"https://pay.stripe.com/invoice/acct_1Test/test_{invoice_id}/pdf?s=ap",
+        "lines": {
+            "object": "list",
+            "data": shown,
+            "has_more": len(shown) < len(every_line),
+            "total_count": len(every_line),
+            "url": f"/v1/invoices/{invoice_id}/lines",
+        },
+        "livemode": livemode,
+        "metadata": {},
+        "number": f"API-{n:04d}",
+        "parent": {
+            "type": "subscription_details",
+            "subscription_details": {"metadata": {}, "subscription": "sub_1Test"},
+        },
+        "status": status,
+        "status_transitions": {
+            "finalized_at": created + 60,
+            "marked_uncollectible_at": None,
+            "paid_at": PAID_AT if status == "paid" else None,
+            "voided_at": None,
+        },
+        "subtotal": amount,
+        "total": amount,
+        "total_excluding_tax": amount,
+        "_all_lines": every_line,  # the fake API serves these at /lines; stripped on output
+    }
+
+
+def customer(
+    customer_id: str = "cus_1Jenny",
+    *,
+    email: str | None = "jenny.rosen@example.com",
+    preferred_locales: list[str] | None = None,
+) -> dict[str, Any]:
+    return {
+        "id": customer_id,
+        "object": "customer",
+        "balance": 0,
+        "created": PAID_AT - 86400 * 90,
+        "currency": "usd",
+        "email": email,
+        "invoice_prefix": "7FE1103",
+        "livemode": False,
+        "metadata": {},
+        "name": "Jenny Rosen",
+        "preferred_locales": preferred_locales or [],
+        "tax_exempt": "none",
+    }
+
+
+def charge(charge_id: str, *, brand: str = "visa", last4: str = "4242") -> dict[str, Any]:
+    return {
+        "id": charge_id,
+        "object": "charge",
+        "amount": 1999,
+        "captured": True,
+        "currency": "usd",
+        "livemode": False,
+        "paid": True,
+        "payment_method": "pm_1Card",
+        "payment_method_details": {
+            "type": "card",
+            "card": {
+                "brand": brand,
+                "country": "US",
+                "exp_month": 8,
+                "exp_year": 2030,
+                "funding": "credit",
+                "last4": last4,
+                "network": brand,
+            },
+        },
+        "status": "succeeded",
+    }
+
+
+def payment_intent(payment_intent_id: str, latest_charge: str) -> dict[str, Any]:
+    return {
+        "id": payment_intent_id,
+        "object": "payment_intent",
+        "amount": 1999,
+        "amount_received": 1999,
+        "currency": "usd",
+        "latest_charge": latest_charge,
+        "livemode": False,
+        "payment_method_types": ["card"],
+        "status": "succeeded",
+    }
+
+
+def invoice_payment(invoice_id: str, payment: dict[str, Any]) -> dict[str, Any]:
+    """``payment`` is e.g. ``{"type": "payment_intent", "payment_intent": "pi_…"}``."""
+    return {
+        "id": f"inpay_1{next(_counter):06d}",
+        "object": "invoice_payment",
+        "amount_paid": 1999,
+        "amount_requested": 1999,
+        "created": PAID_AT,
+        "currency": "usd",
+        "invoice": invoice_id,
+        "is_default": True,
+        "livemode": False,
+        "payment": payment,
+        "status": "paid",
+        "status_transitions": {"canceled_at": None, "paid_at": PAID_AT},
+    }
+
+
+def payment_record(record_id: str, *, brand: str = "mastercard", last4: str = "4444") -> dict:
+    return {
+        "id": record_id,
+        "object": "payment_record",
+        "amount": {"currency": "usd", "value": 1999},
+        "livemode": False,
+        "payment_method_details": {
+            "type": "card",
+            "card": {"brand": brand, "last4": last4},
+            "billing_details": None,
+        },
+        "reported_by": "user",
+    }
+
+
+def thin_notification(
+    invoice_id: str,
+    *,
+    context: str | None = None,
+    event_id: str | None = None,
+    livemode: bool = False,
+    event_type: str = "v1.invoice.paid",
+    snapshot_event: str | None = None,
+) -> dict[str, Any]:
+    """A ``v2.core.event`` notification as an event destination delivers it."""
+    n = next(_counter)
+    body: dict[str, Any] = {
+        "id": event_id or f"evt_test_65Thin{n:08d}",
+        "object": "v2.core.event",
+        "type": event_type,
+        "livemode": livemode,
+        "created": "2026-11-29T23:20:01.123Z",
+        "related_object": {
+            "id": invoice_id,
+            "type": "invoice",
+            "url": f"/v1/invoices/{invoice_id}",
+        },
+        "reason": {"type": "request", "request": {"id": f"req_{n:06d}", "idempotency_key": None}},
+    }
+    if context is not None:
+        body["context"] = context
+    if snapshot_event is not None:
+        body["snapshot_event"] = snapshot_event
+    return body
+
+
+def signed(body: dict[str, Any], secret: str) -> tuple[bytes, dict[str, str]]:
+    """The bytes and headers of a delivery, signed as Stripe signs every event."""
+    data = json.dumps(body).encode()
+    return data, {"Stripe-Signature": sign(data, secret), "Content-Type": "application/json"}

@@ -1,0 +1,290 @@
+"""Stripe's API through the official library against the fake Stripe API (a real HTTP server):
+errors in our words, bounded waits, Connect headers, and the receipt facts it adds."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+
+import pytest
+from prometheus_client import REGISTRY
+
+from receipts.config import ConfigError, load_settings
+from receipts.ingest.api_facts import PaymentMethod
+from receipts.stripe_api.client import (
+    BATCH,
+    IN_REQUEST,
+    ApiRefused,
+    ApiUnavailable,
+    NotFound,
+    Scope,
+    StripeApi,
+)
+from receipts.stripe_api.facts import enrich
+from tests import stripe_objects as objects
+from tests.fake_stripe_api import FakeStripeClient, running_fake_stripe_api
+
+API_KEY = "rk_test_unit"
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeStripeClient]:
+    with running_fake_stripe_api(API_KEY) as client:
+        yield client
+
+
+def api(
+    fake: FakeStripeClient, *, timing: object = BATCH, sleeps: list[float] | None = None
+) -> StripeApi:
+    recorded = sleeps if sleeps is not None else []
+    return StripeApi(API_KEY, base=fake.url, timing=timing, sleep=recorded.append)  # type: ignore[arg-type]
+
+
+def lookups(lookup: str, outcome: str) -> float:
+    value = REGISTRY.get_sample_value(
+        "receipts_stripe_api_lookups_total", {"lookup": lookup, "outcome": outcome}
+    )
+    return value or 0.0
+
+
+# --- the client ----------------------------------------------------------------------
+
+
+def test_an_invoice_comes_back_as_the_json_stripe_sent(fake: FakeStripeClient) -> None:
+    """The object is plain JSON, field for field, not a library object."""
+    invoice = objects.invoice()
+    fake.add(invoices=[invoice])
+    found = api(fake).invoice(invoice["id"], Scope())
+    assert found["id"] == invoice["id"] and found["lines"] == invoice["lines"]
+    assert type(found) is dict and type(found["lines"]) is dict
+
+
+def test_the_library_does_not_log_each_request(
+    fake: FakeStripeClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Our lines say what a call meant; the library's per-request INFO lines (with URLs)
+    would double every webhook's log."""
+    invoice = objects.invoice()
+    fake.add(invoices=[invoice])
+    with caplog.at_level(logging.INFO):
+        api(fake).invoice(invoice["id"], Scope())
+    assert [r for r in caplog.records if r.name.startswith("stripe")] == []
+
+
+def test_connect_calls_name_the_account_as_the_library_does(fake: FakeStripeClient) -> None:
+    """An account id goes out as Stripe-Account, a thin event's context as Stripe-Context."""
+    invoice = objects.invoice()
+    fake.add("acct_1Conn", invoices=[invoice])
+    client = api(fake)
+    client.invoice(invoice["id"], Scope(account="acct_1Conn"))
+    client.invoice(invoice["id"], Scope(account="acct_1Conn", context="acct_1Conn"))
+    first, second = fake.requests()
+    assert first["stripe_account"] == "acct_1Conn" and first["stripe_context"] is None
+    assert second["stripe_context"] == "acct_1Conn" and second["stripe_account"] is None
+    with pytest.raises(NotFound):
+        client.invoice(invoice["id"], Scope())
+
+
+def test_a_missing_object_is_not_found_but_a_wrong_url_is_refused(fake: FakeStripeClient) -> None:
+    """404 resource_missing means no such object; a 404 without it means a wrong API base."""
+    with pytest.raises(NotFound):
+        api(fake).invoice("in_1Nope", Scope())
+    wrong_base = StripeApi(API_KEY, base=fake.url + "/not-stripe", timing=BATCH)
+    with pytest.raises(ApiRefused):
+        wrong_base.invoice("in_1Nope", Scope())
+
+
+def test_a_wrong_key_is_refused_not_retried(fake: FakeStripeClient) -> None:
+    """401 is a configuration error: ApiRefused, one request only."""
+    wrong = StripeApi("rk_test_wrong", base=fake.url, timing=BATCH)
+    with pytest.raises(ApiRefused, match="401"):
+        wrong.invoice("in_1Any", Scope())
+    assert len(fake.requests()) == 1
+
+
+def test_5xx_is_retried_by_the_library_in_batch_and_not_in_a_request(
+    fake: FakeStripeClient,
+) -> None:
+    """Batch calls ride out a short outage; a webhook request answers at once."""
+    invoice = objects.invoice()
+    fake.add(invoices=[invoice])
+    fake.script({"status": 500}, {"status": 503})
+    assert api(fake).invoice(invoice["id"], Scope())["id"] == invoice["id"]
+    assert len(fake.requests()) == 3
+    fake.script({"status": 500})
+    with pytest.raises(ApiUnavailable):
+        api(fake, timing=IN_REQUEST).invoice(invoice["id"], Scope())
+
+
+def test_429_waits_for_retry_after_in_batch(fake: FakeStripeClient) -> None:
+    """A rate limit is waited out for as long as Retry-After says, then the call goes on."""
+    invoice = objects.invoice()
+    fake.add(invoices=[invoice])
+    fake.script({"status": 429, "headers": {"Retry-After": "7"}})
+    sleeps: list[float] = []
+    assert api(fake, sleeps=sleeps).invoice(invoice["id"], Scope())["id"] == invoice["id"]
+    assert sleeps == [7.0]
+    fake.script({"status": 429, "headers": {"Retry-After": "7"}})
+    with pytest.raises(ApiUnavailable) as raised:
+        api(fake, timing=IN_REQUEST).invoice(invoice["id"], Scope())
+    assert raised.value.retry_after == 7.0
+
+
+def test_timeouts_stay_within_ten_seconds() -> None:
+    """No call may hang a process: connect and read are bounded in both timings."""
+    for timing in (BATCH, IN_REQUEST):
+        assert timing.connect <= 10 and timing.read <= 10
+
+
+def test_event_pages_follow_starting_after_with_the_filters(fake: FakeStripeClient) -> None:
+    """invoice.paid only, created in the window, undelivered only, newest first."""
+    from tests import stripe_events
+
+    made = [
+        stripe_events.event(stripe_events.invoice(), event_id=f"evt_1Page{n}") for n in range(3)
+    ]
+    for n, event in enumerate(made):
+        event["created"] = 1764460000 + n
+        fake.add_event(event)
+    delivered = stripe_events.event(event_id="evt_1Delivered")
+    fake.add_event(delivered, delivered=True)
+    fake.add_event(stripe_events.event(type="invoice.created", event_id="evt_1Other"))
+    page = api(fake).invoice_paid_events(
+        Scope(), since=1764460000, undelivered_only=True, starting_after="evt_1Page2"
+    )
+    assert [e["id"] for e in page.items] == ["evt_1Page1", "evt_1Page0"]
+    query = fake.requests()[-1]["query"]
+    assert query["delivery_success"] == "false" and query["type"] == "invoice.paid"
+    assert query["created[gte]"] == "1764460000"
+
+
+# --- the facts -------------------------------------------------------------------------
+
+
+def test_payment_method_comes_from_the_invoice_payments_latest_charge(
+    fake: FakeStripeClient,
+) -> None:
+    """Current API versions: invoice payment -> PaymentIntent -> latest charge -> card."""
+    invoice = objects.invoice()
+    fake.add(
+        invoices=[invoice],
+        customers=[objects.customer(preferred_locales=["fr-FR", "en"])],
+        payment_intents=[objects.payment_intent("pi_1Card", "ch_1Card")],
+        charges=[objects.charge("ch_1Card", brand="visa", last4="4242")],
+        invoice_payments=[
+            objects.invoice_payment(
+                invoice["id"], {"type": "payment_intent", "payment_intent": "pi_1Card"}
+            )
+        ],
+    )
+    enriched = enrich(api(fake), invoice, Scope(), deadline=None)
+    assert enriched.facts.payment_method == PaymentMethod(kind="card", brand="visa", last4="4242")
+    assert enriched.facts.preferred_locales == ("fr-FR", "en")
+
+
+def test_older_invoices_name_their_charge_directly(fake: FakeStripeClient) -> None:
+    """Invoices rendered before 2025-03-31 carry `charge`; no invoice payments are listed."""
+    invoice = objects.invoice() | {"charge": "ch_1Old"}
+    fake.add(charges=[objects.charge("ch_1Old", brand="amex", last4="0005")])
+    enriched = enrich(api(fake), invoice, Scope(), deadline=None)
+    assert enriched.facts.payment_method == PaymentMethod(kind="card", brand="amex", last4="0005")
+    assert not [r for r in fake.requests() if r["path"] == "/v1/invoice_payments"]
+
+
+def test_a_payment_record_gives_its_own_details(fake: FakeStripeClient) -> None:
+    """A payment recorded outside Stripe (payment record) still names its card."""
+    invoice = objects.invoice()
+    fake.add(
+        payment_records=[objects.payment_record("pr_1Rec", brand="mastercard", last4="4444")],
+        invoice_payments=[
+            objects.invoice_payment(
+                invoice["id"], {"type": "payment_record", "payment_record": "pr_1Rec"}
+            )
+        ],
+    )
+    method = enrich(api(fake), invoice, Scope(), deadline=None).facts.payment_method
+    assert method == PaymentMethod(kind="card", brand="mastercard", last4="4444")
+
+
+def test_every_line_is_fetched_when_the_payload_was_cut_short(fake: FakeStripeClient) -> None:
+    """lines.has_more: the full list replaces the first handful, over several pages."""
+    invoice = objects.invoice(lines=230, shown_lines=10, amount=23000)
+    fake.add(invoices=[invoice])
+    enriched = enrich(api(fake), {k: v for k, v in invoice.items() if k != "_all_lines"},
+                      Scope(), deadline=None)  # fmt: skip
+    lines = enriched.invoice["lines"]
+    assert len(lines["data"]) == 230 and lines["has_more"] is False
+    assert sum(line["amount"] for line in lines["data"]) == 23000
+    assert len([r for r in fake.requests() if r["path"].endswith("/lines")]) == 3
+
+
+def test_the_customers_email_fills_a_snapshot_without_one(fake: FakeStripeClient) -> None:
+    """No customer_email in the invoice: the customer's current email is used; a deleted
+    or email-less customer leaves it empty."""
+    invoice = objects.invoice(email=None, customer="cus_1Later")
+    fake.add(customers=[objects.customer("cus_1Later", email="later@example.com")])
+    assert enrich(api(fake), invoice, Scope(), deadline=None).invoice["customer_email"] == (
+        "later@example.com"
+    )
+    nobody = objects.invoice(email=None, customer="cus_1NoMail")
+    fake.add(customers=[objects.customer("cus_1NoMail", email=None)])
+    assert enrich(api(fake), nobody, Scope(), deadline=None).invoice["customer_email"] is None
+
+
+def test_a_failed_look_up_leaves_its_fact_out_and_is_counted(fake: FakeStripeClient) -> None:
+    """The customer look-up fails: no locales, the rest still found, the failure counted."""
+    invoice = objects.invoice()
+    fake.add(
+        customers=[objects.customer(preferred_locales=["de-DE"])],
+        charges=[objects.charge("ch_1Ok")],
+    )
+    fake.script({"status": 500, "path": "/v1/customers"})
+    before = lookups("customer", "failed")
+    enriched = enrich(
+        api(fake, timing=IN_REQUEST), invoice | {"charge": "ch_1Ok"}, Scope(), deadline=None
+    )
+    assert enriched.facts.preferred_locales == ()
+    assert enriched.facts.payment_method is not None
+    assert lookups("customer", "failed") == before + 1
+
+
+def test_look_ups_past_the_deadline_are_skipped_and_counted(fake: FakeStripeClient) -> None:
+    """A spent time budget makes no request at all."""
+    before = lookups("payment_method", "skipped")
+    enriched = enrich(api(fake), objects.invoice(), Scope(), deadline=0.0)
+    assert enriched.facts.payment_method is None and fake.requests() == []
+    assert lookups("payment_method", "skipped") == before + 1
+
+
+# --- settings ----------------------------------------------------------------------------
+
+
+def test_the_api_key_and_base_are_read_and_checked() -> None:
+    """STRIPE_API_KEY must be a secret or restricted key; STRIPE_API_BASE an http(s) URL."""
+    settings = load_settings({"STRIPE_API_KEY": "rk_live_abc", "STRIPE_API_BASE": "http://x:1/"})
+    assert settings.stripe_api_key == "rk_live_abc" and settings.stripe_api_base == "http://x:1"
+    assert load_settings({}).stripe_api_base == "https://api.stripe.com"
+    with pytest.raises(ConfigError, match=r"^STRIPE_API_KEY: .*rk_"):
+        load_settings({"STRIPE_API_KEY": "pk_live_abc"})
+
+
+@pytest.mark.parametrize("value", ["", "  ", ","])
+def test_an_empty_webhook_secret_is_refused_with_the_reason(value: str) -> None:
+    """What `$(stripe listen --print-secret)` gives without a login is refused, not ignored."""
+    with pytest.raises(ConfigError, match=r"^STRIPE_WEBHOOK_SECRET: ") as raised:
+        load_settings({"STRIPE_WEBHOOK_SECRET": value})
+    assert "\n" not in str(raised.value)
+    if not value.strip():
+        assert "stripe login" in str(raised.value)
+
+
+def test_receipts_dev_stops_at_start_on_an_empty_webhook_secret(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`receipts dev` says why in one line (exit 2) before starting anything."""
+    from receipts.cli import main
+
+    assert main(["dev", "--port", "8000"], {"STRIPE_WEBHOOK_SECRET": ""}) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("receipts: configuration error: STRIPE_WEBHOOK_SECRET: is set but empty")
+    assert "\n" not in err

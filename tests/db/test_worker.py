@@ -7,6 +7,7 @@ rate cap and graceful stop.
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections.abc import Iterator
@@ -120,12 +121,20 @@ def test_sends_run_concurrently_up_to_the_concurrency(
 def test_the_send_rate_cap_spaces_requests(
     db: DB, fake: FakeProviderClient, worker_settings: Settings
 ) -> None:
-    """With RECEIPTS_SEND_RATE=20, ten sends cannot take less than 9/20 s."""
+    """With RECEIPTS_SEND_RATE=10 and eight senders, the provider sees the ten
+    requests at least 1/10 s apart: every gap between consecutive arrivals is
+    most of the interval (the rest is allowed for thread scheduling on both
+    sides), and the whole run of them spans nearly nine intervals."""
+    rate = 10.0
+    interval = 1.0 / rate
     insert_pending(db, 10)
-    started = time.monotonic()
-    summary = work(replace(worker_settings, send_rate=20.0), concurrency=8)
+    summary = work(replace(worker_settings, send_rate=rate), concurrency=8)
     assert summary.sent == 10
-    assert time.monotonic() - started >= 9 / 20
+    arrivals = fake.arrivals()
+    assert len(arrivals) == 10
+    gaps = [later - earlier for earlier, later in itertools.pairwise(arrivals)]
+    assert min(gaps) >= 0.6 * interval, gaps
+    assert arrivals[-1] - arrivals[0] >= 0.9 * 9 * interval, gaps
 
 
 # --- every provider answer --------------------------------------------------------

@@ -60,12 +60,12 @@ from typing import Literal
 
 import psycopg
 
+from receipts import queries
 from receipts.config import ConfigError, Settings
 from receipts.db import Database, DatabaseUnavailable, connect, describe_error
 from receipts.delivery import claims as outbox
 from receipts.delivery.providers import FileSinkProvider, Provider, ProviderAnswer, ResendProvider
 from receipts.logs import log_fields
-from receipts.vocabulary import NOTIFY_CHANNEL
 
 log = logging.getLogger(__name__)
 
@@ -552,7 +552,7 @@ class _Worker:
         while not self.finished.is_set():
             try:
                 with connect(self.settings.database_url, autocommit=True) as conn:
-                    conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+                    conn.execute(queries.load("delivery")["listen"])
                     self.wake.set()  # rows may have arrived while we were not listening
                     while not self.finished.is_set():
                         for _ in conn.notifies(timeout=0.5):

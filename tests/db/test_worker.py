@@ -19,6 +19,7 @@ import psycopg
 import pytest
 from flask.testing import FlaskClient
 
+from receipts import queries
 from receipts.config import ConfigError, Settings, load_settings
 from receipts.delivery.providers import FileSinkProvider, ResendProvider
 from receipts.delivery.worker import WorkerSummary, provider_from_settings, retry_delay, run_worker
@@ -32,6 +33,8 @@ from tests.stripe_events import TEST_SECRET, encode, sign
 Row = dict[str, Any]
 DB = psycopg.Connection[Row]
 API_KEY = "re_worker_test"
+# The listener's statement, as the server records it, starts with its name line.
+LISTEN_STATEMENT = queries.load("delivery")["listen"].splitlines()[0] + "\n"
 
 
 @pytest.fixture
@@ -440,6 +443,16 @@ def post_paid_invoice(client: FlaskClient) -> str:
     return key
 
 
+def listening(db: DB) -> bool:
+    """A connection of this database has run the worker's named LISTEN statement."""
+    found = db.execute(
+        "SELECT 1 FROM pg_stat_activity"
+        " WHERE datname = current_database() AND starts_with(query, %s)",
+        (LISTEN_STATEMENT,),
+    ).fetchone()
+    return found is not None
+
+
 def test_loop_mode_is_woken_by_notify_and_stops_on_request(
     db: DB, fake: FakeProviderClient, worker_settings: Settings, client: FlaskClient
 ) -> None:
@@ -453,11 +466,7 @@ def test_loop_mode_is_woken_by_notify_and_stops_on_request(
     )
     runner.start()
     try:
-        wait_for(
-            lambda: db.execute(
-                "SELECT 1 FROM pg_stat_activity WHERE query LIKE 'LISTEN%%'"
-            ).fetchone()
-        )
+        wait_for(lambda: listening(db))
         first = post_paid_invoice(client)
         wait_for(lambda: outbox_row(db, first)["status"] == "sent")
         second = post_paid_invoice(client)

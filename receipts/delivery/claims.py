@@ -19,7 +19,18 @@ from uuid import UUID
 
 from receipts import queries
 from receipts.db import Connection
-from receipts.vocabulary import ReviewReason
+from receipts.delivery.decisions import AttemptResult
+from receipts.vocabulary import ReviewReason, RowStatus
+
+__all__ = [
+    "AttemptResult",
+    "Claim",
+    "ClaimedRow",
+    "SkippedRow",
+    "claim_ready",
+    "record_attempt",
+    "record_attempts",
+]
 
 _Q = queries.load("delivery")
 
@@ -47,21 +58,6 @@ class SkippedRow:
 class Claim:
     rows: list[ClaimedRow]
     skipped: list[SkippedRow]
-
-
-@dataclass(frozen=True, kw_only=True)
-class AttemptResult:
-    """How one attempt ends: the row's next state and the attempt log entry."""
-
-    status: str  # pending | sent | review
-    outcome: str  # the email_attempts.outcome value
-    retry_in_seconds: float = 0.0  # for pending: when the row is ready again
-    refund_attempt: bool = False  # the attempt did not count against the budget
-    http_status: int | None = None
-    provider_error: str | None = None
-    provider_id: str | None = None
-    review_reason: str | None = None
-    last_error: str | None = None
 
 
 def claim_ready(
@@ -128,11 +124,12 @@ def record_attempts(
         "keys": [row.message_key for row, _ in answered],
         "tokens": [row.lease_token for row, _ in answered],
         "attempt_ids": [row.attempt_id for row, _ in answered],
-        "statuses": [result.status for _, result in answered],
-        "outcomes": [result.outcome for _, result in answered],
+        "statuses": [str(result.status) for _, result in answered],
+        "outcomes": [str(result.outcome) for _, result in answered],
         "provider_ids": [result.provider_id for _, result in answered],
         "reasons": [
-            result.review_reason if result.status == "review" else None for _, result in answered
+            result.review_reason if result.status == RowStatus.REVIEW else None
+            for _, result in answered
         ],
         "delays": [float(result.retry_in_seconds) for _, result in answered],
         "refunds": [1 if result.refund_attempt else 0 for _, result in answered],

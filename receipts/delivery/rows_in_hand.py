@@ -42,7 +42,7 @@ def claim_sizing(
     capacity = concurrency + prefetch
     if sendable is not None:
         capacity = min(capacity, sendable)
-    return ClaimSizing(capacity=capacity, refill_at=max(1, prefetch // 2))
+    return ClaimSizing(capacity=capacity, refill_at=min(capacity, max(1, prefetch // 2)))
 
 
 class RowsInHand:

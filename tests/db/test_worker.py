@@ -141,6 +141,17 @@ def test_the_send_rate_cap_spaces_requests(
     assert arrivals[-1] - arrivals[0] >= 0.9 * 9 * interval, gaps
 
 
+def test_a_rate_cap_that_lets_the_worker_hold_few_rows_still_drains(
+    db: DB, fake: FakeProviderClient, worker_settings: Settings
+) -> None:
+    """At 0.5 sends/s only one row fits inside a 5 s lease: the worker holds one
+    row at a time and sends both, instead of waiting for a batch that never fits."""
+    insert_pending(db, 2)
+    summary = work(replace(worker_settings, send_rate=0.5), max_seconds=10)
+    assert (summary.sent, summary.released) == (2, 0)
+    assert fake.stats()["requests"] == 2
+
+
 # --- every provider answer --------------------------------------------------------
 
 

@@ -81,6 +81,8 @@ def test_sendable_within_counts_the_sends_a_lease_has_room_for() -> None:
         # Not one more full send fits after the first: no row waits behind a sender.
         pytest.param(8, 10.0, None, ClaimSizing(capacity=8, refill_at=1), id="short-lease"),
         pytest.param(8, 104.0, 20, ClaimSizing(capacity=20, refill_at=16), id="rate-cap"),
+        # A cap below the refill mark: claim when every slot is free, not never.
+        pytest.param(8, 104.0, 10, ClaimSizing(capacity=10, refill_at=10), id="low-rate-cap"),
     ],
 )
 def test_claim_sizing(

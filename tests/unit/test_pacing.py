@@ -34,16 +34,16 @@ def test_without_a_rate_slots_are_given_at_once() -> None:
 
 
 def test_a_pause_holds_every_slot_until_it_ends() -> None:
-    """After pause(0.2) no slot is given before 0.2 s; a send that would have to
-    start after its deadline gets none at all."""
+    """After pause(0.3) no slot is given before 0.3 s have passed; a send that
+    would have to start before then gets none at all."""
     limiter = RateLimiter(0.0)
     halt = threading.Event()
-    limiter.pause(0.2)
-    assert 0.1 < limiter.paused_for() <= 0.2
-    assert not limiter.acquire(time.monotonic() + 0.05, halt)
-    started = time.monotonic()
+    paused_at = time.monotonic()
+    limiter.pause(0.3)
+    assert 0.0 < limiter.paused_for() <= 0.3
+    assert not limiter.acquire(paused_at + 0.25, halt)
     assert limiter.acquire(FAR, halt)
-    assert time.monotonic() - started >= 0.1
+    assert time.monotonic() - paused_at >= 0.3
     assert limiter.paused_for() == 0.0
 
 

@@ -34,7 +34,7 @@ from receipts.delivery.listener import Listener
 from receipts.delivery.pacing import RateLimiter
 from receipts.delivery.providers import FileSinkProvider, Provider, ResendProvider
 from receipts.delivery.recorder import RECORDER_THREADS, Recorder
-from receipts.delivery.rows_in_hand import ClaimSizing, RowsInHand, claim_sizing
+from receipts.delivery.rows_in_hand import RowsInHand, claim_sizing
 from receipts.delivery.summary import WorkerSummary
 from receipts.logs import log_fields
 
@@ -131,6 +131,7 @@ class _Dispatcher:
         worker_id: str,
     ) -> None:
         assert settings.database_url is not None
+        self.database_url: str = settings.database_url
         self.settings = settings
         self.provider = provider
         self.loop = loop
@@ -144,7 +145,7 @@ class _Dispatcher:
         send_budget = settings.provider_connect_timeout + settings.provider_timeout
         # How long a claimed row may wait for a send slot and still finish inside its lease.
         self.send_window = settings.lease_seconds - send_budget - LEASE_SAFETY_SECONDS
-        self.sizing: ClaimSizing = claim_sizing(
+        self.sizing = claim_sizing(
             concurrency=concurrency,
             send_window=self.send_window,
             send_budget=send_budget,
@@ -152,9 +153,7 @@ class _Dispatcher:
         )
         self.rows = RowsInHand(self.sizing.capacity)
         self.database = Database(
-            settings.database_url,
-            max_size=RECORDER_THREADS + 2,
-            timeout=settings.database_timeout,
+            self.database_url, max_size=RECORDER_THREADS + 2, timeout=settings.database_timeout
         )
         self.recorder = Recorder(self.database, self.summary, self._let_go)
         self.halt = threading.Event()  # set on stop or on a fatal error: no new sends
@@ -165,10 +164,7 @@ class _Dispatcher:
         deadline = started + self.max_seconds if self.max_seconds is not None else None
         listener = None
         if self.loop:
-            assert self.settings.database_url is not None
-            listener = Listener(
-                self.settings.database_url, self.wake, poll_seconds=self.poll_seconds
-            )
+            listener = Listener(self.database_url, self.wake, poll_seconds=self.poll_seconds)
             listener.start()
         log_fields(
             log,

@@ -27,6 +27,8 @@ Control API (JSON in, JSON out):
 * ``GET /_stats``: ``requests``, ``deliveries``, ``replays``,
   ``requests_by_key``, ``deliveries_by_key``, ``in_flight``, ``max_in_flight``.
 * ``GET /_deliveries``: every delivery ``{"id", "key", "body"}`` in order.
+* ``GET /_arrivals``: when each ``POST /emails`` arrived, in arrival order, as
+  seconds on the server's monotonic clock (compare them with each other only).
 * ``POST /_script``: ``{"answers": [ANSWER, ...]}`` queues answers for the
   next new requests (replays and 409s do not use them). ANSWER fields, all
   optional: ``status`` (default 200), ``name`` (error name), ``headers``
@@ -37,7 +39,7 @@ Control API (JSON in, JSON out):
   delivered), ``key`` (use this answer only for that Idempotency-Key).
 * ``POST /_config``: ``{"latency": s, "idempotency": bool, "api_key": str|null}``.
 * ``POST /_clock``: ``{"advance": seconds}`` moves the clock keys age by.
-* ``POST /_reset``: forget keys, deliveries, counters and queued answers.
+* ``POST /_reset``: forget keys, deliveries, arrivals, counters and queued answers.
 """
 
 from __future__ import annotations
@@ -100,6 +102,7 @@ class FakeResend:
         self._clock_offset = 0.0
         self.requests: Counter[str] = Counter()
         self.deliveries: list[dict[str, str]] = []
+        self.arrivals: list[float] = []
         self.replays = 0
         self.in_flight = 0
         self.max_in_flight = 0
@@ -143,6 +146,8 @@ class FakeResend:
         self, authorization: str | None, key: str | None, body: bytes
     ) -> tuple[int, dict[str, str], bytes]:
         """Answer one ``POST /emails``: (status, headers, body)."""
+        with self._lock:
+            self.arrivals.append(time.monotonic())
         refused = self._check_credentials(authorization)
         if refused is not None:
             return refused
@@ -258,6 +263,10 @@ class _Handler(BaseHTTPRequestHandler):
             with fake._lock:
                 deliveries = list(fake.deliveries)
             self._reply(200, {}, json.dumps(deliveries).encode())
+        elif self.path == "/_arrivals":
+            with fake._lock:
+                arrivals = list(fake.arrivals)
+            self._reply(200, {}, json.dumps(arrivals).encode())
         else:
             self._reply(*_error(404, "not_found"))
 
@@ -326,6 +335,11 @@ class FakeProviderClient:
 
     def deliveries(self) -> list[dict[str, str]]:
         result: list[dict[str, str]] = requests.get(f"{self.url}/_deliveries", timeout=5).json()
+        return result
+
+    def arrivals(self) -> list[float]:
+        """When each send request arrived, in order (seconds; only the gaps mean anything)."""
+        result: list[float] = requests.get(f"{self.url}/_arrivals", timeout=5).json()
         return result
 
     def script(self, *answers: dict[str, Any]) -> None:

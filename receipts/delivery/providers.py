@@ -13,7 +13,8 @@ outbox must do with the row:
 * ``unauthorized``: 401/403, the provider refuses our credentials or sender;
   a configuration problem, not a problem of this message.
 
-Only the worker decides what happens next; providers never touch the database.
+Only ``receipts.delivery.decisions`` says what happens next; providers never
+touch the database.
 """
 
 from __future__ import annotations
@@ -123,7 +124,11 @@ class _BearerToken(requests.auth.AuthBase):
 
 
 def classify_response(status: int, headers: Any, body: bytes) -> ProviderAnswer:
-    """Map one HTTP answer onto docs/architecture.md, "What each provider answer does"."""
+    """Map one HTTP answer onto the outcome table.
+
+    docs/architecture.md, "What each provider answer does", lists every case;
+    ``receipts.delivery.decisions`` says what each kind does to the row.
+    """
     document = _json_object(body)
     answer = ProviderAnswer(
         kind="retry",

@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
+from uuid import UUID
 
 import psycopg
 import pytest
@@ -38,7 +39,7 @@ SCRIPT = Path(__file__).resolve().parents[2] / "sql" / "roles" / "least_privileg
 _numbers = itertools.count(1)
 
 # Each query file, and the group role (least_privilege.sql) that runs its statements.
-ROLE_FILES = {"ingest": "receipts_web"}
+ROLE_FILES = {"ingest": "receipts_web", "delivery": "receipts_worker"}
 
 # One sample value per parameter name used in any role's query file: the
 # statements are planned (or run) with these, so types must fit the columns.
@@ -65,6 +66,23 @@ SAMPLE_PARAMETERS: dict[str, Any] = {
     "occurred_at": datetime(2026, 11, 30, 1, 0, tzinfo=UTC),
     "rank": 2,
     "ranks": Jsonb({"delayed": 1, "delivered": 2}),
+    "limit": 10,
+    "worker_id": "host:1:sample",
+    "lease_seconds": 60.0,
+    "max_attempts": 10,
+    "cutoff_seconds": 82800.0,
+    "keys": ["platform/test/in_1Sample/invoice-paid"],
+    "tokens": [UUID("00000000-0000-4000-8000-000000000001")],
+    "attempt_ids": [1],
+    "statuses": ["sent"],
+    "outcomes": ["sent"],
+    "provider_ids": ["re_sample"],
+    "reasons": [None],
+    "delays": [0.0],
+    "refunds": [0],
+    "last_errors": [None],
+    "http_statuses": [200],
+    "provider_errors": [None],
 }
 _PARAMETER = re.compile(r"%\((\w+)\)s")
 # Statements the planner can check without running them; others run for real.

@@ -1,12 +1,14 @@
 """The worker in-process against real PostgreSQL and a real fake-Resend HTTP server.
 
-Every row of the provider-answer table in docs/architecture.md, the retry cutoff, the attempt
-budget, lease expiry and recovery, a lost lease, NOTIFY wake-ups, the send
-rate cap and graceful stop.
+Every row of the outcome table in docs/architecture.md ("What each provider
+answer does") end to end, the retry cutoff, the attempt budget, lease expiry
+and recovery, a lost lease, NOTIFY wake-ups, the send rate cap and graceful
+stop. The table itself, without a database, is tests/unit/test_decisions.py.
 """
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections.abc import Iterator
@@ -18,9 +20,10 @@ import psycopg
 import pytest
 from flask.testing import FlaskClient
 
-from receipts.config import ConfigError, Settings, load_settings
-from receipts.delivery.providers import FileSinkProvider, ResendProvider
-from receipts.delivery.worker import WorkerSummary, provider_from_settings, retry_delay, run_worker
+from receipts import queries
+from receipts.config import Settings, load_settings
+from receipts.delivery.providers import ResendProvider
+from receipts.delivery.worker import WorkerSummary, provider_from_settings, run_worker
 from tests import stripe_events
 from tests.fake_provider import FakeProviderClient, running_fake_provider
 from tests.helpers import wait_for
@@ -31,6 +34,8 @@ from tests.stripe_events import TEST_SECRET, encode, sign
 Row = dict[str, Any]
 DB = psycopg.Connection[Row]
 API_KEY = "re_worker_test"
+# The listener's statement, as the server records it, starts with its name line.
+LISTEN_STATEMENT = queries.load("delivery")["listen"].splitlines()[0] + "\n"
 
 
 @pytest.fixture
@@ -75,6 +80,8 @@ def attempts(db: DB, key: str) -> list[Row]:
 def test_drains_every_ready_row_to_sent_and_a_second_run_sends_nothing(
     db: DB, fake: FakeProviderClient, worker_settings: Settings
 ) -> None:
+    """Each row ends sent with the id of its one delivery and one finished attempt;
+    a second run finds nothing to send."""
     keys = insert_pending(db, 25)
     summary = work(worker_settings)
     assert (summary.sent, summary.retried, summary.review, summary.error) == (25, 0, 0, None)
@@ -94,6 +101,7 @@ def test_drains_every_ready_row_to_sent_and_a_second_run_sends_nothing(
 def test_sends_the_stored_payload_byte_for_byte(
     db: DB, fake: FakeProviderClient, worker_settings: Settings
 ) -> None:
+    """The provider receives the frozen payload exactly as stored, under the message key."""
     [key] = insert_pending(db, 1)
     stored = db.execute(
         "SELECT payload::text AS text FROM email_outbox WHERE message_key = %s", (key,)
@@ -107,6 +115,7 @@ def test_sends_the_stored_payload_byte_for_byte(
 def test_sends_run_concurrently_up_to_the_concurrency(
     db: DB, fake: FakeProviderClient, worker_settings: Settings
 ) -> None:
+    """Sends overlap, and never more of them than --concurrency."""
     fake.configure(latency=0.1)
     insert_pending(db, 24)
     assert work(worker_settings, concurrency=4).sent == 24
@@ -116,12 +125,31 @@ def test_sends_run_concurrently_up_to_the_concurrency(
 def test_the_send_rate_cap_spaces_requests(
     db: DB, fake: FakeProviderClient, worker_settings: Settings
 ) -> None:
-    """With RECEIPTS_SEND_RATE=20, ten sends cannot take less than 9/20 s."""
+    """With RECEIPTS_SEND_RATE=10 and eight senders, the provider sees the ten
+    requests at least 1/10 s apart: every gap between consecutive arrivals is
+    most of the interval (the rest is allowed for thread scheduling on both
+    sides), and the whole run of them spans nearly nine intervals."""
+    rate = 10.0
+    interval = 1.0 / rate
     insert_pending(db, 10)
-    started = time.monotonic()
-    summary = work(replace(worker_settings, send_rate=20.0), concurrency=8)
+    summary = work(replace(worker_settings, send_rate=rate), concurrency=8)
     assert summary.sent == 10
-    assert time.monotonic() - started >= 9 / 20
+    arrivals = fake.arrivals()
+    assert len(arrivals) == 10
+    gaps = [later - earlier for earlier, later in itertools.pairwise(arrivals)]
+    assert min(gaps) >= 0.6 * interval, gaps
+    assert arrivals[-1] - arrivals[0] >= 0.9 * 9 * interval, gaps
+
+
+def test_a_rate_cap_that_lets_the_worker_hold_few_rows_still_drains(
+    db: DB, fake: FakeProviderClient, worker_settings: Settings
+) -> None:
+    """At 0.5 sends/s only one row fits inside a 5 s lease: the worker holds one
+    row at a time and sends both, instead of waiting for a batch that never fits."""
+    insert_pending(db, 2)
+    summary = work(replace(worker_settings, send_rate=0.5), max_seconds=10)
+    assert (summary.sent, summary.released) == (2, 0)
+    assert fake.stats()["requests"] == 2
 
 
 # --- every provider answer --------------------------------------------------------
@@ -146,6 +174,8 @@ def test_answers_that_can_be_retried_leave_the_row_pending_with_a_backoff(
     http_status: int | None,
     error: str | None,
 ) -> None:
+    """5xx, 429, 409 key in progress, 2xx without id and a timeout: the row is
+    pending again after the first backoff, the attempt counted and logged retry."""
     [key] = insert_pending(db, 1)
     fake.script(script)
     summary = work(worker_settings)
@@ -163,6 +193,7 @@ def test_answers_that_can_be_retried_leave_the_row_pending_with_a_backoff(
 
 
 def test_a_refused_connection_leaves_the_row_pending(db: DB, worker_settings: Settings) -> None:
+    """A provider that cannot be reached is a retry, recorded as connection_error."""
     [key] = insert_pending(db, 1)
     closed = replace(worker_settings, resend_api_url="http://127.0.0.1:9")
     assert work(closed).retried == 1
@@ -173,6 +204,7 @@ def test_a_refused_connection_leaves_the_row_pending(db: DB, worker_settings: Se
 def test_retry_after_is_honoured(
     db: DB, fake: FakeProviderClient, worker_settings: Settings
 ) -> None:
+    """A 429 with Retry-After: 120 makes the row wait 120 s, not the 15 s backoff."""
     [key] = insert_pending(db, 1)
     fake.script({"status": 429, "headers": {"Retry-After": "120"}})
     work(worker_settings)
@@ -198,6 +230,7 @@ def test_a_429_pauses_every_send_of_the_worker_for_retry_after(
 def test_a_retried_row_is_sent_by_a_later_run(
     db: DB, fake: FakeProviderClient, worker_settings: Settings
 ) -> None:
+    """A row left pending by a 5xx is sent by the next run once due, as attempt 2."""
     [key] = insert_pending(db, 1)
     fake.script({"status": 500})
     work(worker_settings)
@@ -228,6 +261,7 @@ def test_key_reused_with_another_body_goes_to_review(
 def test_a_4xx_about_the_message_goes_to_review_with_the_provider_error(
     db: DB, fake: FakeProviderClient, worker_settings: Settings
 ) -> None:
+    """A 422 goes to review with the provider's error name as the reason."""
     [key] = insert_pending(db, 1)
     fake.script({"status": 422, "name": "validation_error"})
     work(worker_settings)
@@ -262,6 +296,8 @@ def test_a_bad_api_key_stops_the_run_and_leaves_rows_pending(
 def test_a_row_past_the_retry_cutoff_goes_to_review_without_a_call(
     db: DB, fake: FakeProviderClient, worker_settings: Settings
 ) -> None:
+    """First attempted more than 23 h ago: review (retry_window_elapsed) at claim
+    time, no request, the skipped attempt logged with the number not made."""
     [key] = insert_pending(db, 1)
     db.execute(
         """UPDATE email_outbox
@@ -282,6 +318,7 @@ def test_a_row_past_the_retry_cutoff_goes_to_review_without_a_call(
 def test_a_row_inside_the_cutoff_is_still_sent(
     db: DB, fake: FakeProviderClient, worker_settings: Settings
 ) -> None:
+    """A row first attempted just under 23 h ago is still sent."""
     [key] = insert_pending(db, 1)
     db.execute("UPDATE email_outbox SET first_attempt_at = now() - interval '22 hours 59 minutes'")
     assert work(worker_settings).sent == 1
@@ -291,6 +328,8 @@ def test_a_row_inside_the_cutoff_is_still_sent(
 def test_a_row_with_its_attempt_budget_spent_goes_to_review_without_a_call(
     db: DB, fake: FakeProviderClient, worker_settings: Settings
 ) -> None:
+    """A row with 10 attempts goes to review (attempts_exhausted) unsent; the
+    fresh row beside it is sent."""
     [spent, fresh] = insert_pending(db, 2)
     db.execute(
         "UPDATE email_outbox SET attempts = 10, first_attempt_at = now() WHERE message_key = %s",
@@ -337,6 +376,8 @@ def test_the_retry_cutoff_is_measured_from_the_first_claim(
 def test_an_expired_lease_is_claimed_again_and_the_dead_attempt_stays_ambiguous(
     db: DB, fake: FakeProviderClient, worker_settings: Settings
 ) -> None:
+    """A row whose worker died is claimed again once its lease expires and sent as
+    attempt 2; the dead attempt keeps its NULL outcome and finished_at."""
     [key] = insert_pending(db, 1)
     db.execute(
         """WITH dead AS (
@@ -360,6 +401,7 @@ def test_an_expired_lease_is_claimed_again_and_the_dead_attempt_stays_ambiguous(
 def test_a_live_lease_is_not_claimed(
     db: DB, fake: FakeProviderClient, worker_settings: Settings
 ) -> None:
+    """A row leased to another worker until a minute from now is left alone."""
     [key] = insert_pending(db, 1)
     db.execute(
         """UPDATE email_outbox SET status = 'processing', lease_token = gen_random_uuid(),
@@ -413,6 +455,16 @@ def post_paid_invoice(client: FlaskClient) -> str:
     return key
 
 
+def listening(db: DB) -> bool:
+    """A connection of this database has run the worker's named LISTEN statement."""
+    found = db.execute(
+        "SELECT 1 FROM pg_stat_activity"
+        " WHERE datname = current_database() AND starts_with(query, %s)",
+        (LISTEN_STATEMENT,),
+    ).fetchone()
+    return found is not None
+
+
 def test_loop_mode_is_woken_by_notify_and_stops_on_request(
     db: DB, fake: FakeProviderClient, worker_settings: Settings, client: FlaskClient
 ) -> None:
@@ -426,11 +478,7 @@ def test_loop_mode_is_woken_by_notify_and_stops_on_request(
     )
     runner.start()
     try:
-        wait_for(
-            lambda: db.execute(
-                "SELECT 1 FROM pg_stat_activity WHERE query LIKE 'LISTEN%%'"
-            ).fetchone()
-        )
+        wait_for(lambda: listening(db))
         first = post_paid_invoice(client)
         wait_for(lambda: outbox_row(db, first)["status"] == "sent")
         second = post_paid_invoice(client)
@@ -445,6 +493,8 @@ def test_loop_mode_is_woken_by_notify_and_stops_on_request(
 def test_stop_finishes_sends_in_flight_and_leaves_the_rest_pending(
     db: DB, fake: FakeProviderClient, worker_settings: Settings
 ) -> None:
+    """Setting the stop event mid-run: sends in flight finish, the other rows stay
+    pending, and no attempt is left without an outcome."""
     insert_pending(db, 20)
     fake.configure(latency=0.3)
     stop = threading.Event()
@@ -483,43 +533,17 @@ def test_max_seconds_stops_and_releases_the_rows_waiting_for_a_slot(
     assert fake.stats()["requests"] == summary.sent
 
 
-# --- choosing a provider, and the backoff ---------------------------------------
-
-
-def test_the_file_sink_is_used_without_an_api_key(database_url: str, tmp_path: Path) -> None:
-    settings = load_settings({"DATABASE_URL": database_url, "RECEIPTS_MAIL_DIR": str(tmp_path)})
-    assert isinstance(provider_from_settings(settings, concurrency=1), FileSinkProvider)
+# --- the file sink -----------------------------------------------------------------
 
 
 def test_the_file_sink_worker_writes_one_eml_per_receipt(
     db: DB, database_url: str, tmp_path: Path
 ) -> None:
+    """Without an API key the worker writes one .eml per receipt; sending the
+    same keys again writes nothing new (the sink is idempotent like Resend)."""
     insert_pending(db, 3)
     settings = load_settings({"DATABASE_URL": database_url, "RECEIPTS_MAIL_DIR": str(tmp_path)})
     assert work(settings).sent == 3
     db.execute("UPDATE email_outbox SET status = 'pending', available_at = now()")
     assert work(settings).sent == 3  # the same keys again: the sink writes nothing new
     assert len(list(tmp_path.glob("*.eml"))) == 3
-
-
-def test_without_a_provider_the_config_error_names_resend_api_key(database_url: str) -> None:
-    settings = load_settings({"DATABASE_URL": database_url})
-    with pytest.raises(ConfigError, match="RESEND_API_KEY"):
-        provider_from_settings(settings, concurrency=1)
-
-
-def test_a_lease_shorter_than_a_send_is_refused(worker_settings: Settings) -> None:
-    with pytest.raises(ConfigError, match="RECEIPTS_LEASE_SECONDS"):
-        work(replace(worker_settings, lease_seconds=1))
-
-
-def test_backoff_doubles_with_jitter_and_stays_bounded() -> None:
-    for attempt, full in [(1, 15.0), (2, 30.0), (3, 60.0), (9, 3600.0), (30, 3600.0)]:
-        delays = [retry_delay(attempt, base=15, cap=3600) for _ in range(200)]
-        assert all(full / 2 <= delay <= full for delay in delays)
-        assert len(set(delays)) > 1
-
-
-def test_backoff_never_retries_before_retry_after_but_caps_it() -> None:
-    assert retry_delay(1, base=15, cap=3600, retry_after=90) == 90
-    assert retry_delay(1, base=15, cap=3600, retry_after=86400) == 3600

@@ -150,6 +150,8 @@ def test_loop_worker_sends_new_rows_and_exits_0_on_sigterm(
 def test_sigterm_during_sends_finishes_or_releases_every_row(
     db: DB, database_url: str, fake: FakeProviderClient
 ) -> None:
+    """SIGTERM to a looping worker mid-send: it exits 0, every row is sent or
+    pending, and no attempt is left without an outcome."""
     insert_pending(db, 40)
     fake.configure(latency=0.3)
     worker = start_worker(worker_env(database_url, fake), "--loop", "--concurrency", "4")
@@ -170,6 +172,8 @@ def test_sigterm_during_sends_finishes_or_releases_every_row(
 def test_a_refused_api_key_exits_2_naming_it_and_leaves_rows_pending(
     db: DB, database_url: str, fake: FakeProviderClient
 ) -> None:
+    """A revoked API key (403): exit code 2, stderr names RESEND_API_KEY and the
+    status, and every row is pending with no attempt spent."""
     insert_pending(db, 10)
     env = worker_env(database_url, fake, RESEND_API_KEY="re_revoked")
     code, _, err = finish(start_worker(env))
@@ -181,6 +185,7 @@ def test_a_refused_api_key_exits_2_naming_it_and_leaves_rows_pending(
 
 
 def test_no_provider_configured_exits_2_naming_resend_api_key(database_url: str) -> None:
+    """Neither RESEND_API_KEY nor RECEIPTS_MAIL_DIR: exit 2 with a message naming the key."""
     result = subprocess.run(
         [*RECEIPTS, "worker"],
         cwd=ROOT,

@@ -25,6 +25,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from receipts import queries
 from tests.fake_provider import FakeProviderClient
 from tests.helpers import wait_for
 from tests.outbox_states import insert_pending
@@ -40,8 +41,21 @@ Row = dict[str, Any]
 Db = psycopg.Connection[Row]
 
 COMMIT_ACKNOWLEDGED = b"COMMIT\x00"
-CLAIM_SQL = b"SET status = 'processing'"  # the claim UPDATE (claims._lease)
-RECORD_SQL = b"provider_id = coalesce("  # the outcome UPDATE (claims.record_attempts)
+
+
+def named(statement: str) -> bytes:
+    """The name line a statement of receipts/queries/delivery.sql carries over
+    the wire, as the proxy sees it; a name the file lacks fails here, not as a
+    pattern that silently never matches."""
+    text = queries.load("delivery")[statement]
+    first_line = text.splitlines()[0]
+    assert first_line == f"-- name: {statement}"
+    return f"{first_line}\n".encode()
+
+
+CLAIM_SQL = named("claim_ready")  # leases the rows; its COMMIT ends the claim
+RECORD_SQL = named("record_attempts")  # writes the provider's answers
+LISTEN_SQL = named("listen")
 
 
 def statuses(db: Db) -> dict[str, int]:
@@ -176,9 +190,11 @@ def test_worker_killed_while_the_provider_holds_the_request_is_answered_409_then
 
 
 def listening_workers(db: Db) -> int:
+    """Connections of this database whose last statement was the worker's LISTEN."""
     row = db.execute(
         "SELECT count(*) AS n FROM pg_stat_activity"
-        " WHERE query LIKE 'LISTEN%%' AND datname = current_database()"
+        " WHERE starts_with(query, %s) AND datname = current_database()",
+        (LISTEN_SQL.decode(),),
     ).fetchone()
     return row["n"] if row else 0
 

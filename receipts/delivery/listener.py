@@ -1,0 +1,64 @@
+"""LISTEN -> wake: a looping worker hears about new rows as soon as they are committed.
+
+Ingest and review send a NOTIFY on ``receipts_outbox`` in the transaction
+that makes a row ready; :class:`Listener` holds one connection that LISTENs
+(``delivery.sql: listen``) and sets the dispatcher's wake event for each
+notification. Notifications can be missed (while reconnecting) or folded
+together, so the dispatcher also polls; this only makes it prompt.
+docs/architecture.md, "Waking the workers", describes both sides.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+import psycopg
+
+from receipts import queries
+from receipts.db import DatabaseUnavailable, connect, describe_error
+from receipts.logs import log_fields
+
+log = logging.getLogger(__name__)
+
+# How often the listening thread looks up from the connection to see if it must stop.
+_CHECK_SECONDS = 0.5
+# How long stop() waits for the thread.
+_JOIN_SECONDS = 2.0
+
+
+class Listener:
+    """A thread turning NOTIFYs into ``wake.set()``; reconnects after ``poll_seconds``."""
+
+    def __init__(self, database_url: str, wake: threading.Event, *, poll_seconds: float) -> None:
+        self._database_url = database_url
+        self._wake = wake
+        self._poll_seconds = poll_seconds
+        self._finished = threading.Event()
+        self._thread = threading.Thread(target=self._listen, name="listen", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._finished.set()
+        self._thread.join(timeout=_JOIN_SECONDS)
+
+    def _listen(self) -> None:
+        """Turn NOTIFYs into wake-ups; polling covers whatever this misses."""
+        while not self._finished.is_set():
+            try:
+                with connect(self._database_url, autocommit=True) as conn:
+                    conn.execute(queries.load("delivery")["listen"])
+                    self._wake.set()  # rows may have arrived while we were not listening
+                    while not self._finished.is_set():
+                        for _ in conn.notifies(timeout=_CHECK_SECONDS):
+                            self._wake.set()
+            except (DatabaseUnavailable, psycopg.Error) as exc:
+                log_fields(
+                    log,
+                    "listen connection lost; polling meanwhile",
+                    logging.WARNING,
+                    error=describe_error(exc),
+                )
+                self._finished.wait(self._poll_seconds)

@@ -1,0 +1,157 @@
+"""Answers written to the database in batches, each only where the lease still holds.
+
+A sender hands its row's :class:`~receipts.delivery.decisions.AttemptResult`
+to :meth:`Recorder.put` and is free at once. Recorder threads take whatever
+answers are waiting (up to :data:`RECORD_BATCH`) and write them in one
+transaction, one statement (``delivery.sql: record_attempts``): one WAL flush
+for many answers, as River's job completer does. Each row is written only
+``WHERE lease_token = …``: a worker that lost its lease writes nothing to the
+row and counts the loss. A batch that cannot be written leaves its rows
+leased; they are claimed again when their leases expire. docs/architecture.md,
+"Delivery: claim, send, record", describes the record.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Callable
+
+import psycopg
+
+from receipts.db import Database, DatabaseUnavailable, describe_error
+from receipts.delivery import claims
+from receipts.delivery.decisions import AttemptResult
+from receipts.delivery.summary import Counter, WorkerSummary
+from receipts.logs import log_fields
+from receipts.vocabulary import AttemptOutcome, RowStatus
+
+log = logging.getLogger(__name__)
+
+# Threads writing answers to the database, and the most answers one transaction holds.
+RECORDER_THREADS = 2
+RECORD_BATCH = 64
+
+Answered = tuple[claims.ClaimedRow, AttemptResult]
+
+_COUNTERS: dict[str, Counter] = {
+    AttemptOutcome.SENT: "sent",
+    AttemptOutcome.RETRY: "retried",
+    AttemptOutcome.REVIEW: "review",
+    AttemptOutcome.CONFIG_ERROR: "released",
+    AttemptOutcome.RELEASED: "released",
+}
+
+
+class Recorder:
+    """The answer queue and the threads that drain it into the database.
+
+    ``let_go`` is called once per answer after its batch was written (or
+    failed): the row is no longer in the worker's hands.
+    """
+
+    def __init__(
+        self,
+        database: Database,
+        summary: WorkerSummary,
+        let_go: Callable[[], None],
+        *,
+        threads: int = RECORDER_THREADS,
+        batch_size: int = RECORD_BATCH,
+    ) -> None:
+        self._database = database
+        self._summary = summary
+        self._let_go = let_go
+        self._batch_size = batch_size
+        self._answers: queue.SimpleQueue[Answered | None] = queue.SimpleQueue()
+        self._threads = [
+            threading.Thread(target=self._record_answers, name=f"record-{n}", daemon=True)
+            for n in range(threads)
+        ]
+
+    def start(self) -> None:
+        for thread in self._threads:
+            thread.start()
+
+    def put(self, row: claims.ClaimedRow, result: AttemptResult) -> None:
+        """Queue one answer; it is written with whatever else is waiting."""
+        self._answers.put((row, result))
+
+    def close(self) -> None:
+        """Write every answer already queued, then stop the threads."""
+        for _ in self._threads:
+            self._answers.put(None)
+        for thread in self._threads:
+            thread.join()
+
+    def _record_answers(self) -> None:
+        """Write answers in batches, one transaction (one WAL flush) per batch."""
+        while True:
+            first = self._answers.get()
+            if first is None:
+                return
+            batch = [first]
+            while len(batch) < self._batch_size:
+                try:
+                    more = self._answers.get_nowait()
+                except queue.Empty:
+                    break
+                if more is None:
+                    self._answers.put(None)  # leave the stop marker for this thread's next get
+                    break
+                batch.append(more)
+            self._record_batch(batch)
+
+    def _record_batch(self, batch: list[Answered]) -> None:
+        # In key order, so two workers writing overlapping batches (possible
+        # only after lost leases) lock rows in the same order: no deadlock.
+        batch.sort(key=lambda answered: answered[0].message_key)
+        try:
+            try:
+                with self._database.transaction() as conn:
+                    held = claims.record_attempts(conn, batch)
+            except (DatabaseUnavailable, psycopg.Error) as exc:
+                self._summary.count("unrecorded", len(batch))
+                log_fields(
+                    log,
+                    "could not record attempts; their leases will expire and they are retried",
+                    logging.ERROR,
+                    keys=",".join(row.message_key for row, _ in batch),
+                    error=describe_error(exc),
+                )
+                return
+            for (row, result), still_held in zip(batch, held, strict=True):
+                self._report(row, result, still_held)
+        finally:
+            for _ in batch:
+                self._let_go()
+
+    def _report(self, row: claims.ClaimedRow, result: AttemptResult, held: bool) -> None:
+        if not held:
+            self._summary.count("lease_lost")
+            log_fields(
+                log,
+                "lease lost before recording; row left to its new holder",
+                logging.WARNING,
+                key=row.message_key,
+                attempt=row.attempt,
+                http_status=result.http_status,
+                provider_id=result.provider_id,
+            )
+            return
+        self._summary.count(_COUNTERS[result.outcome])
+        log_fields(
+            log,
+            "attempt recorded",
+            logging.INFO if result.outcome == AttemptOutcome.SENT else logging.WARNING,
+            key=row.message_key,
+            attempt=row.attempt,
+            outcome=result.outcome,
+            http_status=result.http_status,
+            provider_id=result.provider_id,
+            error=result.provider_error,
+            retry_in=round(result.retry_in_seconds, 1)
+            if result.status == RowStatus.PENDING
+            else None,
+        )

@@ -1,0 +1,83 @@
+"""How many rows the dispatcher holds, and how many it claims at a time.
+
+A row is *in hand* from its claim until its answer is recorded (or it is
+released, or given up on). Each row in hand holds one slot of a
+``threading.BoundedSemaphore`` sized by :func:`claim_sizing`: the dispatcher
+reserves free slots before it claims, each claimed row keeps one, and whoever
+lets the row go (a recorder thread, or a sender that failed) releases it.
+Releasing a slot twice raises instead of letting the count drift.
+docs/architecture.md, "Delivery: claim, send, record", explains the sizing.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+# Rows claimed ahead of a free sender slot, at least.
+PREFETCH = 32
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClaimSizing:
+    capacity: int  # the most rows in hand at once: being sent, or waiting for a sender
+    refill_at: int  # claim again once this many slots are free
+
+
+def claim_sizing(
+    *, concurrency: int, send_window: float, send_budget: float, sendable: int | None
+) -> ClaimSizing:
+    """The dispatcher's limits, for ``concurrency`` senders.
+
+    A few rows wait in memory behind the ones being sent (``PREFETCH``, or
+    ``concurrency`` if more), so a sender that frees up finds its next row at
+    once; claiming again only when half of them are used keeps the claim
+    queries few. A waiting row is sent within a few send times, far inside
+    its lease: even if every send took its full timeout (``send_budget``), a
+    waiting row starts within ``send_window``. With a rate cap, never more
+    are held than ``sendable`` (the sends that fit into ``send_window``).
+    """
+    rounds_within_lease = int(send_window // send_budget)
+    prefetch = min(max(PREFETCH, concurrency), concurrency * rounds_within_lease)
+    capacity = concurrency + prefetch
+    if sendable is not None:
+        capacity = min(capacity, sendable)
+    return ClaimSizing(capacity=capacity, refill_at=min(capacity, max(1, prefetch // 2)))
+
+
+class RowsInHand:
+    """One semaphore slot per row in hand; at most ``capacity`` rows at once.
+
+    Before it claims, the dispatcher reserves the free slots (:meth:`reserve`)
+    and gives back those no claimed row took (:meth:`give_back`); whoever lets
+    a row go, from any thread, calls :meth:`let_go`.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self._slots = threading.BoundedSemaphore(capacity)
+
+    def reserve(self, at_least: int) -> int:
+        """Take every free slot if at least ``at_least`` are free (else none); how many taken."""
+        taken = 0
+        while self._slots.acquire(blocking=False):
+            taken += 1
+        if taken < at_least:
+            self.give_back(taken)
+            return 0
+        return taken
+
+    def give_back(self, slots: int) -> None:
+        """Return reserved slots that no row took."""
+        for _ in range(slots):
+            self._slots.release()
+
+    def let_go(self) -> None:
+        """One row is no longer in hand: its slot is free again."""
+        self._slots.release()
+
+    def none_in_hand(self) -> bool:
+        """True when every slot is free (looks by reserving them, then gives them back)."""
+        free = self.reserve(at_least=0)
+        self.give_back(free)
+        return free == self.capacity

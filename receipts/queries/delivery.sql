@@ -1,0 +1,110 @@
+-- The worker's statements: claim ready rows, record what the provider said,
+-- listen for new rows. All of them run as receipts_worker
+-- (sql/roles/least_privilege.sql). docs/architecture.md, "Delivery: claim,
+-- send, record" and "Outbox states", says what each state means.
+
+-- name: claim_ready
+-- Leases up to limit ready rows in one snapshot (expired leases, then due pending rows, oldest first, SKIP LOCKED: no row is taken twice); rows past the retry cutoff or the attempt budget go to review with a skipped attempt row instead; returns both kinds.
+WITH expired AS MATERIALIZED (
+    -- The status is a literal so the planner can use the partial index
+    -- email_outbox_leased; the same for email_outbox_ready below.
+    SELECT message_key, attempts, first_attempt_at
+      FROM email_outbox
+     WHERE status = 'processing' AND locked_until <= now()
+     ORDER BY locked_until
+     LIMIT %(limit)s
+       FOR UPDATE SKIP LOCKED
+), due AS MATERIALIZED (
+    SELECT message_key, attempts, first_attempt_at
+      FROM email_outbox
+     WHERE status = 'pending' AND available_at <= now()
+     ORDER BY available_at
+     LIMIT greatest(0, %(limit)s - (SELECT count(*) FROM expired))
+       FOR UPDATE SKIP LOCKED
+), ready AS MATERIALIZED (
+    -- The cutoff wins when both apply.
+    SELECT message_key,
+           CASE WHEN first_attempt_at <= now() - make_interval(secs => %(cutoff_seconds)s)
+                THEN 'retry_window_elapsed'
+                WHEN attempts >= %(max_attempts)s
+                THEN 'attempts_exhausted'
+           END AS review_reason
+      FROM (SELECT * FROM expired UNION ALL SELECT * FROM due) AS locked
+), skipped AS (
+    UPDATE email_outbox AS o
+       SET status = 'review', review_reason = r.review_reason,
+           lease_token = NULL, locked_until = NULL, updated_at = now()
+      FROM ready AS r
+     WHERE o.message_key = r.message_key AND r.review_reason IS NOT NULL
+ RETURNING o.message_key, o.attempts, o.review_reason
+), skipped_logged AS (
+    -- The attempt row of a skip carries the number of the attempt not made.
+    INSERT INTO email_attempts
+        (message_key, attempt, worker_id, lease_token, finished_at, outcome)
+    SELECT message_key, attempts + 1, %(worker_id)s, gen_random_uuid(), now(),
+           CASE review_reason WHEN 'retry_window_elapsed' THEN 'skipped_cutoff'
+                              ELSE 'skipped_budget' END
+      FROM skipped
+), leased AS (
+    UPDATE email_outbox AS o
+       SET status = 'processing',
+           lease_token = gen_random_uuid(),
+           locked_until = now() + make_interval(secs => %(lease_seconds)s),
+           first_attempt_at = coalesce(o.first_attempt_at, now()),
+           attempts = o.attempts + 1,
+           updated_at = now()
+      FROM ready AS r
+     WHERE o.message_key = r.message_key AND r.review_reason IS NULL
+ RETURNING o.message_key, o.lease_token, o.attempts, o.payload
+), logged AS (
+    INSERT INTO email_attempts (message_key, attempt, worker_id, lease_token)
+    SELECT message_key, attempts, %(worker_id)s, lease_token FROM leased
+ RETURNING id, message_key
+)
+SELECT l.message_key, l.lease_token, l.attempts, l.payload::text AS payload_text,
+       g.id AS attempt_id, NULL::text AS review_reason
+  FROM leased AS l JOIN logged AS g USING (message_key)
+UNION ALL
+SELECT message_key, NULL, attempts, NULL, NULL, review_reason
+  FROM skipped
+
+-- name: record_attempts
+-- Writes each answer of a batch to its row only while that row is still processing under the claim's lease token; every attempt row is finished, as lease_lost where the lease was taken over (the row untouched); held says which.
+WITH answer AS (
+    SELECT * FROM unnest(
+        %(keys)s::text[], %(tokens)s::uuid[], %(attempt_ids)s::bigint[],
+        %(statuses)s::text[], %(outcomes)s::text[], %(provider_ids)s::text[],
+        %(reasons)s::text[], %(delays)s::float8[], %(refunds)s::int[],
+        %(last_errors)s::text[], %(http_statuses)s::int[],
+        %(provider_errors)s::text[])
+      AS a(message_key, lease_token, attempt_id, status, outcome, provider_id,
+           review_reason, delay, refund, last_error, http_status, provider_error)
+), stored AS (
+    UPDATE email_outbox AS o
+       SET status = a.status,
+           provider_id = coalesce(a.provider_id, o.provider_id),
+           sent_at = CASE WHEN a.status = 'sent' THEN now() ELSE o.sent_at END,
+           review_reason = a.review_reason,
+           available_at = CASE WHEN a.status = 'pending'
+                               THEN now() + make_interval(secs => a.delay)
+                               ELSE o.available_at END,
+           attempts = o.attempts - a.refund,
+           last_error = coalesce(a.last_error, o.last_error),
+           lease_token = NULL, locked_until = NULL, updated_at = now()
+      FROM answer AS a
+     WHERE o.message_key = a.message_key AND o.lease_token = a.lease_token
+       AND o.status = 'processing'
+ RETURNING o.message_key
+)
+UPDATE email_attempts AS t
+   SET finished_at = now(),
+       outcome = CASE WHEN s.message_key IS NULL THEN 'lease_lost' ELSE a.outcome END,
+       http_status = a.http_status, provider_error = a.provider_error,
+       provider_id = a.provider_id
+  FROM answer AS a LEFT JOIN stored AS s USING (message_key)
+ WHERE t.id = a.attempt_id
+RETURNING t.id, s.message_key IS NOT NULL AS held
+
+-- name: listen
+-- Subscribes this connection to the wake-ups ingest and review send on the receipts_outbox channel (vocabulary.NOTIFY_CHANNEL); polling covers any missed.
+LISTEN receipts_outbox

@@ -1,0 +1,126 @@
+"""The worker's pace and hold without a database: the send-rate cap, the pauses,
+how many rows the dispatcher claims, and the semaphore the rows in hand hold."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from receipts.delivery.pacing import RateLimiter
+from receipts.delivery.rows_in_hand import ClaimSizing, RowsInHand, claim_sizing
+
+FAR = float("inf")
+
+
+def test_slots_are_spaced_by_the_rate() -> None:
+    """At 50 sends/s, five slots in a row take at least four intervals of 20 ms."""
+    limiter = RateLimiter(50.0)
+    halt = threading.Event()
+    started = time.monotonic()
+    assert all(limiter.acquire(FAR, halt) for _ in range(5))
+    assert time.monotonic() - started >= 4 * 0.02
+
+
+def test_without_a_rate_slots_are_given_at_once() -> None:
+    """Rate 0 means no cap: no wait, and no limit on how many fit into a lease."""
+    limiter = RateLimiter(0.0)
+    halt = threading.Event()
+    started = time.monotonic()
+    assert all(limiter.acquire(FAR, halt) for _ in range(100))
+    assert time.monotonic() - started < 0.5
+    assert limiter.sendable_within(60.0) is None
+
+
+def test_a_pause_holds_every_slot_until_it_ends() -> None:
+    """After pause(0.3) no slot is given before 0.3 s have passed; a send that
+    would have to start before then gets none at all."""
+    limiter = RateLimiter(0.0)
+    halt = threading.Event()
+    paused_at = time.monotonic()
+    limiter.pause(0.3)
+    assert 0.0 < limiter.paused_for() <= 0.3
+    assert not limiter.acquire(paused_at + 0.25, halt)
+    assert limiter.acquire(FAR, halt)
+    assert time.monotonic() - paused_at >= 0.3
+    assert limiter.paused_for() == 0.0
+
+
+def test_a_shorter_pause_never_shortens_a_longer_one() -> None:
+    """A second 429 with a shorter wait leaves the longer pause in force."""
+    limiter = RateLimiter(0.0)
+    limiter.pause(10.0)
+    limiter.pause(1.0)
+    assert limiter.paused_for() > 9.0
+
+
+def test_halt_ends_the_wait_for_a_slot() -> None:
+    """A stopping worker's senders stop waiting for a slot and get none."""
+    limiter = RateLimiter(0.0)
+    limiter.pause(30.0)
+    halt = threading.Event()
+    threading.Timer(0.05, halt.set).start()
+    started = time.monotonic()
+    assert not limiter.acquire(FAR, halt)
+    assert time.monotonic() - started < 1.0
+
+
+def test_sendable_within_counts_the_sends_a_lease_has_room_for() -> None:
+    """At 2 sends/s, 10 s hold 20 sends; never fewer than one."""
+    assert RateLimiter(2.0).sendable_within(10.0) == 20
+    assert RateLimiter(0.01).sendable_within(10.0) == 1
+
+
+@pytest.mark.parametrize(
+    ("concurrency", "send_window", "sendable", "expected"),
+    [
+        # The defaults: a 120 s lease, 5 + 10 s timeouts, 8 senders.
+        pytest.param(8, 104.0, None, ClaimSizing(capacity=40, refill_at=16), id="defaults"),
+        pytest.param(64, 104.0, None, ClaimSizing(capacity=128, refill_at=32), id="many-senders"),
+        # Not one more full send fits after the first: no row waits behind a sender.
+        pytest.param(8, 10.0, None, ClaimSizing(capacity=8, refill_at=1), id="short-lease"),
+        pytest.param(8, 104.0, 20, ClaimSizing(capacity=20, refill_at=16), id="rate-cap"),
+        # A cap below the refill mark: claim when every slot is free, not never.
+        pytest.param(8, 104.0, 10, ClaimSizing(capacity=10, refill_at=10), id="low-rate-cap"),
+    ],
+)
+def test_claim_sizing(
+    concurrency: int, send_window: float, sendable: int | None, expected: ClaimSizing
+) -> None:
+    """Senders plus up to PREFETCH (or concurrency) waiting rows, no more than can
+    start inside their leases, refilled when half the waiting rows are used."""
+    sizing = claim_sizing(
+        concurrency=concurrency, send_window=send_window, send_budget=15.0, sendable=sendable
+    )
+    assert sizing == expected
+
+
+def test_rows_in_hand_hold_a_slot_each_until_let_go() -> None:
+    """Claimed rows keep the slots reserved for them, the rest go back; letting
+    rows go from other threads frees their slots; a slot let go twice raises
+    instead of inflating the count."""
+    rows = RowsInHand(10)
+    assert rows.none_in_hand()
+    assert rows.reserve(at_least=1) == 10
+    rows.give_back(7)  # the claim came back with three rows
+    assert not rows.none_in_hand()
+    assert rows.reserve(at_least=8) == 0  # only seven free: not worth a claim yet
+    senders = [threading.Thread(target=rows.let_go) for _ in range(3)]
+    for sender in senders:
+        sender.start()
+    for sender in senders:
+        sender.join()
+    assert rows.none_in_hand()
+    with pytest.raises(ValueError):
+        rows.let_go()
+
+
+def test_a_reservation_takes_every_free_slot_and_no_more() -> None:
+    """The dispatcher never holds more rows than its capacity: once every slot
+    is reserved, nothing more can be."""
+    rows = RowsInHand(4)
+    assert rows.reserve(at_least=1) == 4
+    assert rows.reserve(at_least=0) == 0
+    rows.give_back(4)
+    assert rows.none_in_hand()

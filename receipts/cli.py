@@ -37,6 +37,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "review": ("receipts.commands.review", "list and decide receipts that need a person"),
     "import": ("receipts.commands.import_sent", "record receipts an earlier system already sent"),
     "prune": ("receipts.commands.prune", "drop old events, attempts and payloads; keep keys"),
+    "preview": ("receipts.commands.preview", "render the receipt an event file would become"),
 }
 
 

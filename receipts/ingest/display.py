@@ -24,6 +24,10 @@ def one_line(value: object, limit: int = 200) -> str | None:
     """``value`` as one clean line of at most ``limit`` characters; None if empty or not text."""
     if not isinstance(value, str):
         return None
+    # Most values are clean already; str.isprintable is false for every
+    # control, separator and format character the expression below removes.
+    if len(value) <= limit and value.isprintable() and "  " not in value:
+        return value.strip() or None
     # Only a bounded prefix can survive, so only that much is cleaned.
     text = _SPACES.sub(" ", _UNSAFE.sub(" ", value[: limit * 8])).strip()
     if len(text) > limit:

@@ -181,7 +181,7 @@ def describe_payment_method(method: PaymentMethod | None, _: Gettext) -> str | N
 
 def _line(line: LineItem, money: Money, locale: Locale, timezone: ZoneInfo, _: Gettext) -> LineView:
     description = line.description or _("Item")
-    quantity = None if line.quantity is None else format_decimal(line.quantity, locale=locale)
+    quantity = None if line.quantity is None else _quantity(line.quantity, locale)
     # Stripe writes the quantity into subscription lines ("2 x Pro (at $49.00 /
     # month)", "Remaining time on 2 x Pro after 15 Nov 2025"), with a times sign.
     if quantity and f"{line.quantity} {TIMES}" in description:
@@ -194,6 +194,13 @@ def _line(line: LineItem, money: Money, locale: Locale, timezone: ZoneInfo, _: G
         is_credit=line.amount < 0,
         proration=line.proration,
     )
+
+
+def _quantity(value: Decimal, locale: Locale) -> str:
+    # Below a thousand a whole number is written the same in every locale.
+    if value < 1000 and value == value.to_integral_value():
+        return str(int(value))
+    return str(format_decimal(value, locale=locale))
 
 
 def _discount(found: Discount, money: Money, locale: Locale, _: Gettext) -> AmountView:

@@ -264,7 +264,10 @@ def _direct_gettext(translations: NullTranslations) -> tuple[Any, Any]:
     @pass_eval_context
     def gettext(context: EvalContext, message: str, /, **variables: Any) -> str:
         text = translations.gettext(message)
-        return (Markup(text) if context.autoescape else text) % variables
+        if context.autoescape:
+            text = Markup(text)
+        # Formatting a label with no variable and no % in it changes nothing.
+        return text % variables if variables or "%" in text else text
 
     @pass_eval_context
     def ngettext(

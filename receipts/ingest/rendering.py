@@ -2,10 +2,14 @@
 
 Templates ship in ``receipts/ingest/templates/invoice_paid/``; a directory named
 by ``RECEIPTS_TEMPLATE_DIR`` may override any of them. Every template is
-compiled, and tried on two sample receipts in every shipped language, when the
+compiled, and tried on two sample receipts in the configured locale, when the
 :class:`Renderer` is built, which the web process does at start-up: a broken
 template stops the start with one line naming the file and line
 (:class:`~receipts.config.ConfigError`) instead of failing every webhook.
+The templates are the same code in every language, and the catalogs are
+checked by the tests; trying the samples in every language as well would load
+Babel's data for all of them into every web worker (about 1 MB each) before
+any customer needs it.
 
 The language of one receipt is the customer's first preferred locale that a
 catalog exists for (``preferred_locales``, known only through Stripe's API),
@@ -42,7 +46,12 @@ from markupsafe import Markup
 
 from receipts.config import ConfigError, Settings
 from receipts.ingest.api_facts import PaymentMethod
-from receipts.ingest.catalogs import catalog_language, load_catalogs, parse_locale
+from receipts.ingest.catalogs import (
+    SOURCE_LANGUAGE,
+    catalog_language,
+    load_catalogs,
+    parse_locale,
+)
 from receipts.ingest.invoice_facts import ReceiptFacts
 from receipts.ingest.money import format_amount
 from receipts.ingest.presentation import present
@@ -76,7 +85,12 @@ class LegacyInvoice:
 
 
 class Renderer:
-    """Compiled templates for every shipped language, a default locale and a time zone."""
+    """The compiled templates, every shipped language's messages, a default locale, a time zone.
+
+    The templates are compiled once; a render passes its language's
+    ``_``/``gettext``/``ngettext`` in the template context, which Jinja looks
+    up before the globals, so one compiled template serves every language.
+    """
 
     def __init__(
         self,
@@ -96,10 +110,11 @@ class Renderer:
             raise ConfigError("RECEIPTS_TIMEZONE", f"unknown time zone {timezone!r}") from None
         self._template_dir = template_dir
         self._catalogs = load_catalogs()
-        self._templates = {
-            language: self._compile(translations)
+        self._messages = {
+            language: _direct_gettext(translations)
             for language, translations in self._catalogs.items()
         }
+        self._templates = self._compile()
         self._try_every_template()
 
     @classmethod
@@ -126,9 +141,9 @@ class Renderer:
         payment_method: PaymentMethod | None = None,
     ) -> EmailContent:
         chosen = self._default if locale is None else parse_locale(locale) or self._default
-        language = catalog_language(chosen) or "en"
-        context = self._context(facts, chosen, self._catalogs[language], payment_method)
-        templates = self._templates[language]
+        language = catalog_language(chosen) or SOURCE_LANGUAGE
+        context = self._context(facts, chosen, language, payment_method)
+        templates = self._templates
         subject = templates["subject.txt"].render(context)
         return EmailContent(
             subject=" ".join(subject.split()),
@@ -140,17 +155,21 @@ class Renderer:
         self,
         facts: ReceiptFacts,
         locale: Locale,
-        translations: NullTranslations,
+        language: str,
         payment_method: PaymentMethod | None,
     ) -> dict[str, Any]:
         receipt = present(
             facts,
             locale=locale,
-            translations=translations,
+            translations=self._catalogs[language],
             timezone=self.timezone,
             payment_method=payment_method,
         )
+        gettext, ngettext = self._messages[language]
         return {
+            "_": gettext,
+            "gettext": gettext,
+            "ngettext": ngettext,
             "receipt": receipt,
             "locale": str(locale),
             "language": locale.language,
@@ -175,8 +194,8 @@ class Renderer:
             return ""
         return format_date(datetime.fromtimestamp(paid_at, tz=self.timezone), "long", locale=locale)
 
-    def _compile(self, translations: NullTranslations) -> dict[str, Template]:
-        env = self._environment(translations)
+    def _compile(self) -> dict[str, Template]:
+        env = self._environment()
         compiled = {}
         for name in TEMPLATE_NAMES:
             path = f"{TEMPLATE_FOLDER}/{name}"
@@ -188,7 +207,7 @@ class Renderer:
                 raise self._error(path, None, str(error)) from None
         return compiled
 
-    def _environment(self, translations: NullTranslations) -> Environment:
+    def _environment(self) -> Environment:
         packaged = PackageLoader("receipts.ingest", "templates")
         loader = (
             ChoiceLoader([FileSystemLoader(str(self._template_dir)), packaged])
@@ -207,26 +226,22 @@ class Renderer:
             auto_reload=False,
             extensions=["jinja2.ext.i18n"],
         )
-        env.install_gettext_translations(translations, newstyle=True)  # type: ignore[attr-defined]
-        gettext, ngettext = _direct_gettext(translations)
-        env.globals.update(_=gettext, gettext=gettext, ngettext=ngettext)
+        # New-style {% trans %} blocks; the messages themselves come with each render.
+        env.newstyle_gettext = True  # type: ignore[attr-defined]
         return env
 
     def _try_every_template(self) -> None:
-        """Render two samples (everything present, everything optional absent) in every language."""
-        for language, templates in self._templates.items():
-            locale = parse_locale(language) or self._default
-            for facts in sample_receipts():
-                context = self._context(
-                    facts, locale, self._catalogs[language], SAMPLE_PAYMENT_METHOD
-                )
-                for name, template in templates.items():
-                    try:
-                        template.render(context)
-                    except Exception as error:  # a template may raise anything
-                        line = _template_line(error, template.filename)
-                        problem = f"{type(error).__name__}: {error}"
-                        raise self._error(f"{TEMPLATE_FOLDER}/{name}", line, problem) from None
+        """Render two samples (everything present, everything optional absent) in the locale."""
+        language = catalog_language(self._default) or SOURCE_LANGUAGE
+        for facts in sample_receipts():
+            context = self._context(facts, self._default, language, SAMPLE_PAYMENT_METHOD)
+            for name, template in self._templates.items():
+                try:
+                    template.render(context)
+                except Exception as error:  # a template may raise anything
+                    line = _template_line(error, template.filename)
+                    problem = f"{type(error).__name__}: {error}"
+                    raise self._error(f"{TEMPLATE_FOLDER}/{name}", line, problem) from None
 
     def _error(self, path: str, line: int | None, problem: str) -> ConfigError:
         """One line naming the template (and the line) that cannot be used."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import date, datetime
+from datetime import date, datetime, time
 from decimal import Decimal
 from functools import lru_cache
 from gettext import NullTranslations
@@ -130,10 +130,16 @@ def present(
 def format_moment(timestamp: int, timezone: ZoneInfo, locale: Locale) -> str:
     """ "November 30, 2025, 12:00 AM UTC": the long date and short time in ``timezone``."""
     moment = datetime.fromtimestamp(timestamp, tz=timezone)
+    return _moment(moment.date(), moment.hour, moment.minute, moment.tzname() or "", locale)
+
+
+@lru_cache(maxsize=256)
+def _moment(day: date, hour: int, minute: int, zone: str, locale: Locale) -> str:
+    # Cached by the minute: receipts arriving together share it.
     when = str(get_datetime_format("medium", locale=locale)).replace("'", "")
-    day = format_date(moment.date(), "long", locale=locale)
-    time = f"{format_time(moment, 'short', locale=locale)} {moment.tzname()}"
-    return when.replace("{1}", day).replace("{0}", time)
+    clock = format_time(time(hour, minute), "short", locale=locale)
+    shown = format_date(day, "long", locale=locale)
+    return when.replace("{1}", shown).replace("{0}", f"{clock} {zone}")
 
 
 _BRANDS = {

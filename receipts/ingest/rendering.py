@@ -38,10 +38,8 @@ from jinja2 import (
     Template,
     TemplateError,
     TemplateSyntaxError,
-    pass_eval_context,
     select_autoescape,
 )
-from jinja2.nodes import EvalContext
 from markupsafe import Markup
 
 from receipts.config import ConfigError, Settings
@@ -111,8 +109,9 @@ class Renderer:
         self._template_dir = template_dir
         self._catalogs = load_catalogs()
         self._messages = {
-            language: _direct_gettext(translations)
+            (language, escaped): _messages(translations, escaped=escaped)
             for language, translations in self._catalogs.items()
+            for escaped in (False, True)
         }
         self._templates = self._compile()
         self._try_every_template()
@@ -142,34 +141,34 @@ class Renderer:
     ) -> EmailContent:
         chosen = self._default if locale is None else parse_locale(locale) or self._default
         language = catalog_language(chosen) or SOURCE_LANGUAGE
-        context = self._context(facts, chosen, language, payment_method)
-        templates = self._templates
-        subject = templates["subject.txt"].render(context)
+        context = self._context(facts, chosen, payment_method)
+        subject = self._render("subject.txt", context, language)
         return EmailContent(
             subject=" ".join(subject.split()),
-            text=templates["body.txt"].render(context).strip() + "\n",
-            html=templates["body.html"].render(context).strip() + "\n",
+            text=self._render("body.txt", context, language).strip() + "\n",
+            html=self._render("body.html", context, language).strip() + "\n",
         )
+
+    def _render(self, name: str, context: dict[str, Any], language: str) -> str:
+        """One template, with its language's messages in the context, escaped for HTML."""
+        template = self._templates[name]
+        messages = self._messages[language, bool(self._autoescape(template.name))]
+        return template.render({**context, **messages})
 
     def _context(
         self,
         facts: ReceiptFacts,
         locale: Locale,
-        language: str,
         payment_method: PaymentMethod | None,
     ) -> dict[str, Any]:
         receipt = present(
             facts,
             locale=locale,
-            translations=self._catalogs[language],
+            translations=self._catalogs[catalog_language(locale) or SOURCE_LANGUAGE],
             timezone=self.timezone,
             payment_method=payment_method,
         )
-        gettext, ngettext = self._messages[language]
         return {
-            "_": gettext,
-            "gettext": gettext,
-            "ngettext": ngettext,
             "receipt": receipt,
             "locale": str(locale),
             "language": locale.language,
@@ -196,6 +195,7 @@ class Renderer:
 
     def _compile(self) -> dict[str, Template]:
         env = self._environment()
+        self._autoescape = env.autoescape if callable(env.autoescape) else lambda _: env.autoescape
         compiled = {}
         for name in TEMPLATE_NAMES:
             path = f"{TEMPLATE_FOLDER}/{name}"
@@ -234,10 +234,10 @@ class Renderer:
         """Render two samples (everything present, everything optional absent) in the locale."""
         language = catalog_language(self._default) or SOURCE_LANGUAGE
         for facts in sample_receipts():
-            context = self._context(facts, self._default, language, SAMPLE_PAYMENT_METHOD)
+            context = self._context(facts, self._default, SAMPLE_PAYMENT_METHOD)
             for name, template in self._templates.items():
                 try:
-                    template.render(context)
+                    self._render(name, context, language)
                 except Exception as error:  # a template may raise anything
                     line = _template_line(error, template.filename)
                     problem = f"{type(error).__name__}: {error}"
@@ -267,32 +267,43 @@ class _Deferred:
         return bool(str(self))
 
 
-def _direct_gettext(translations: NullTranslations) -> tuple[Any, Any]:
+def _messages(translations: NullTranslations, *, escaped: bool) -> dict[str, Any]:
     """``_``/``gettext`` and ``ngettext`` as Jinja's new-style i18n defines them, in one call.
 
     Same semantics (the translation is a format string for the keyword
-    arguments, marked safe where the template autoescapes, ``num`` given to
-    ``ngettext``) without the extension's alias and wrapper, which called
-    through Jinja's context three times per message: a third of the rendering.
+    arguments, marked safe for a template that escapes, ``num`` given to
+    ``ngettext``) without the extension's alias and wrapper, which went through
+    Jinja's context three times per message; a receipt has about 30. For HTML
+    the safe form of each fixed message is kept instead of being made again.
     """
+    safe: dict[str, str] = {}
 
-    @pass_eval_context
-    def gettext(context: EvalContext, message: str, /, **variables: Any) -> str:
-        text = translations.gettext(message)
-        if context.autoescape:
-            text = Markup(text)
-        # Formatting a label with no variable and no % in it changes nothing.
+    def translate(message: str) -> str:
+        text = safe.get(message)
+        if text is None:
+            text = translations.gettext(message)
+            if escaped:
+                text = Markup(text)
+                if len(safe) < _MAX_KEPT_MESSAGES:
+                    safe[message] = text
+        return text
+
+    def gettext(message: str, /, **variables: Any) -> str:
+        text = translate(message)
+        # Formatting a message with no variable and no % in it changes nothing.
         return text % variables if variables or "%" in text else text
 
-    @pass_eval_context
-    def ngettext(
-        context: EvalContext, singular: str, plural: str, num: int, /, **variables: Any
-    ) -> str:
+    def ngettext(singular: str, plural: str, num: int, /, **variables: Any) -> str:
         variables.setdefault("num", num)
         text = translations.ngettext(singular, plural, num)
-        return (Markup(text) if context.autoescape else text) % variables
+        return (Markup(text) if escaped else text) % variables
 
-    return gettext, ngettext
+    return {"_": gettext, "gettext": gettext, "ngettext": ngettext}
+
+
+# Fixed messages come from the templates; a template translating its data
+# (``_(line.description)``) must not grow the cache without end.
+_MAX_KEPT_MESSAGES = 1000
 
 
 def _template_line(error: BaseException, filename: str | None) -> int | None:

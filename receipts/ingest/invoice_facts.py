@@ -87,8 +87,20 @@ class ReceiptFacts:
     invoice_pdf: str | None
 
 
-def read_invoice(invoice_id: str, invoice: dict[str, Any], created: int | None) -> ReceiptFacts:
-    """Read the receipt's facts; raise UnusableInvoice if it cannot become an email."""
+def read_invoice(
+    invoice_id: str,
+    invoice: dict[str, Any],
+    created: int | None,
+    *,
+    all_lines: list[dict[str, Any]] | None = None,
+) -> ReceiptFacts:
+    """Read the receipt's facts; raise UnusableInvoice if it cannot become an email.
+
+    ``all_lines``: every line of the invoice, fetched from Stripe's API when
+    the payload's list was truncated; shown instead of the payload's. (The
+    fingerprint stays on the payload's own lines, so a fetch that succeeds
+    once and fails on a redelivery cannot make a conflict.)
+    """
     to = _recipient(invoice)
     if not is_stripe_url(invoice.get("hosted_invoice_url"), HOSTED_INVOICE_HOSTS):
         raise UnusableInvoice(INVALID_HOSTED_INVOICE_URL)
@@ -98,6 +110,8 @@ def read_invoice(invoice_id: str, invoice: dict[str, Any], created: int | None) 
     currency = invoice.get("currency")
     if not isinstance(currency, str) or not _CURRENCY.fullmatch(currency):
         raise UnusableInvoice(INVALID_CURRENCY)
+    if all_lines is not None:
+        invoice = {**invoice, "lines": {"data": all_lines, "has_more": False}}
     lines, more_lines, truncated = _lines(invoice)
     credit_applied, previous_balance = _balance(invoice)
     address, country = _address(invoice.get("customer_address"))

@@ -165,6 +165,15 @@ def test_a_truncated_line_list_says_how_many_more_the_invoice_has() -> None:
     assert "and more items on the invoice" in job(stripe_events.event(uncounted)).payload["text"]
 
 
+def test_lines_fetched_from_the_api_replace_a_truncated_list() -> None:
+    """With every line looked up, the receipt lists them all and says nothing is missing."""
+    invoice = stripe_events.invoice(lines=lines_payload(10, has_more=True))
+    fetched = lines_payload(14, has_more=False)["data"]
+    facts = read_invoice(invoice["id"], invoice, None, all_lines=fetched)
+    assert [line.description for line in facts.lines][-1] == "Seat 13"
+    assert (facts.more_lines, facts.lines_truncated) == (None, False)
+
+
 def test_a_very_long_line_list_is_cut_with_the_count_of_the_rest() -> None:
     """An email lists at most MAX_LINES_SHOWN lines; the fingerprint still has them all."""
     invoice = stripe_events.invoice(lines=lines_payload(MAX_LINES_SHOWN + 5, has_more=False))

@@ -18,29 +18,16 @@ else ``RECEIPTS_LOCALE``; amounts, dates and country names follow that locale.
 
 from __future__ import annotations
 
-import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from gettext import NullTranslations
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from babel import Locale
 from babel.dates import format_date
-from jinja2 import (
-    ChoiceLoader,
-    Environment,
-    FileSystemLoader,
-    PackageLoader,
-    StrictUndefined,
-    Template,
-    TemplateError,
-    TemplateSyntaxError,
-    select_autoescape,
-)
-from markupsafe import Markup
+from jinja2 import Template, TemplateError, TemplateSyntaxError
 
 from receipts.config import ConfigError, Settings
 from receipts.ingest.api_facts import PaymentMethod
@@ -54,6 +41,7 @@ from receipts.ingest.invoice_facts import ReceiptFacts
 from receipts.ingest.money import format_amount
 from receipts.ingest.presentation import present
 from receipts.ingest.samples import SAMPLE_PAYMENT_METHOD, sample_receipts
+from receipts.ingest.template_env import environment, messages, template_line
 
 TEMPLATE_FOLDER = "invoice_paid"
 TEMPLATE_NAMES = ("subject.txt", "body.txt", "body.html")
@@ -109,7 +97,7 @@ class Renderer:
         self._template_dir = template_dir
         self._catalogs = load_catalogs()
         self._messages = {
-            (language, escaped): _messages(translations, escaped=escaped)
+            (language, escaped): messages(translations, escaped=escaped)
             for language, translations in self._catalogs.items()
             for escaped in (False, True)
         }
@@ -194,7 +182,7 @@ class Renderer:
         return format_date(datetime.fromtimestamp(paid_at, tz=self.timezone), "long", locale=locale)
 
     def _compile(self) -> dict[str, Template]:
-        env = self._environment()
+        env = environment(self._template_dir)
         self._autoescape = env.autoescape if callable(env.autoescape) else lambda _: env.autoescape
         compiled = {}
         for name in TEMPLATE_NAMES:
@@ -207,29 +195,6 @@ class Renderer:
                 raise self._error(path, None, str(error)) from None
         return compiled
 
-    def _environment(self) -> Environment:
-        packaged = PackageLoader("receipts.ingest", "templates")
-        loader = (
-            ChoiceLoader([FileSystemLoader(str(self._template_dir)), packaged])
-            if self._template_dir
-            else packaged
-        )
-        env = Environment(
-            loader=loader,
-            autoescape=select_autoescape(enabled_extensions=("html",), default=False),
-            undefined=StrictUndefined,
-            trim_blocks=True,
-            lstrip_blocks=True,
-            keep_trailing_newline=False,
-            # Templates change only with a deploy, which restarts the process;
-            # checking their mtimes on every render cost ~6% of ingest time.
-            auto_reload=False,
-            extensions=["jinja2.ext.i18n"],
-        )
-        # New-style {% trans %} blocks; the messages themselves come with each render.
-        env.newstyle_gettext = True  # type: ignore[attr-defined]
-        return env
-
     def _try_every_template(self) -> None:
         """Render two samples (everything present, everything optional absent) in the locale."""
         language = catalog_language(self._default) or SOURCE_LANGUAGE
@@ -239,7 +204,7 @@ class Renderer:
                 try:
                     self._render(name, context, language)
                 except Exception as error:  # a template may raise anything
-                    line = _template_line(error, template.filename)
+                    line = template_line(error, template.filename)
                     problem = f"{type(error).__name__}: {error}"
                     raise self._error(f"{TEMPLATE_FOLDER}/{name}", line, problem) from None
 
@@ -265,53 +230,6 @@ class _Deferred:
 
     def __bool__(self) -> bool:
         return bool(str(self))
-
-
-def _messages(translations: NullTranslations, *, escaped: bool) -> dict[str, Any]:
-    """``_``/``gettext`` and ``ngettext`` as Jinja's new-style i18n defines them, in one call.
-
-    Same semantics (the translation is a format string for the keyword
-    arguments, marked safe for a template that escapes, ``num`` given to
-    ``ngettext``) without the extension's alias and wrapper, which went through
-    Jinja's context three times per message; a receipt has about 30. For HTML
-    the safe form of each fixed message is kept instead of being made again.
-    """
-    safe: dict[str, str] = {}
-
-    def translate(message: str) -> str:
-        text = safe.get(message)
-        if text is None:
-            text = translations.gettext(message)
-            if escaped:
-                text = Markup(text)
-                if len(safe) < _MAX_KEPT_MESSAGES:
-                    safe[message] = text
-        return text
-
-    def gettext(message: str, /, **variables: Any) -> str:
-        text = translate(message)
-        # Formatting a message with no variable and no % in it changes nothing.
-        return text % variables if variables or "%" in text else text
-
-    def ngettext(singular: str, plural: str, num: int, /, **variables: Any) -> str:
-        variables.setdefault("num", num)
-        text = translations.ngettext(singular, plural, num)
-        return (Markup(text) if escaped else text) % variables
-
-    return {"_": gettext, "gettext": gettext, "ngettext": ngettext}
-
-
-# Fixed messages come from the templates; a template translating its data
-# (``_(line.description)``) must not grow the cache without end.
-_MAX_KEPT_MESSAGES = 1000
-
-
-def _template_line(error: BaseException, filename: str | None) -> int | None:
-    """The template's own line in the traceback Jinja rewrote, if there is one."""
-    for frame in reversed(traceback.extract_tb(error.__traceback__)):
-        if filename is not None and frame.filename == filename:
-            return frame.lineno
-    return None
 
 
 __all__ = ["EmailContent", "Renderer", "format_amount"]

@@ -170,17 +170,20 @@ def legacy_fingerprint(invoice_id: str, invoice: dict[str, Any]) -> str:
     so ingest treats a stored fingerprint equal to this one as a duplicate too:
     an upgrade must not turn Stripe's redelivery of an old event into a conflict.
     """
-    return fingerprint(
-        {
-            "purpose": PURPOSE,
-            "invoice_id": invoice_id,
-            "to": _recipients(invoice),
-            "amount": _scalar(invoice.get("amount_paid")),
-            "currency": _scalar(invoice.get("currency")),
-            "hosted_invoice_url": _scalar(invoice.get("hosted_invoice_url")),
-        },
-        prefix="sha256:",
-    )
+    fields = {
+        "purpose": PURPOSE,
+        "invoice_id": invoice_id,
+        "to": _recipients(invoice),
+        "amount": invoice.get("amount_paid"),
+        "currency": invoice.get("currency"),
+        "hosted_invoice_url": invoice.get("hosted_invoice_url"),
+    }
+    try:
+        # Exactly what those releases hashed, whatever the values' types.
+        return fingerprint(fields, prefix="sha256:")
+    except (RecursionError, ValueError, TypeError):
+        # Those releases failed on such a value, so no stored row has it.
+        return fingerprint({k: _scalar(v) for k, v in fields.items()}, prefix="sha256:")
 
 
 def _recipients(invoice: dict[str, Any]) -> list[str]:

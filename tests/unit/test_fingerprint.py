@@ -110,6 +110,10 @@ STORED_REVIEW_BEFORE_V2 = [
         {"amount_paid": "4900"},
         "sha256:4b7a7f448fdca907e3d33e4ff9b478a5ae3d16f8f1e49670dc8e5dfcbe65cdcd",
     ),
+    (
+        {"amount_paid": {"value": [4900]}},
+        "sha256:9d667e7e3d1cf370f9416bafdefd93a57207fe90fd4fd96474f175a90d1aa4e8",
+    ),
 ]
 
 

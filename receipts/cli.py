@@ -39,6 +39,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "prune": ("receipts.commands.prune", "drop old events, attempts and payloads; keep keys"),
     "backfill": ("receipts.commands.backfill", "ingest invoice.paid events Stripe did not deliver"),
     "reconcile": ("receipts.commands.reconcile", "list (or --apply) paid invoices with no receipt"),
+    "preview": ("receipts.commands.preview", "render the receipt an event file would become"),
 }
 
 

@@ -49,6 +49,7 @@ class Settings:
     send_zero_value: bool = False
     template_dir: Path | None = None
     locale: str = "en_US"
+    timezone: str = "UTC"
     max_body_bytes: int = 1024 * 1024
     retry_cutoff_hours: float = 23.0
     max_attempts: int = 10
@@ -102,6 +103,7 @@ def load_settings(environ: Mapping[str, str], *, required: Iterable[str] = ()) -
         send_zero_value=reader.flag("RECEIPTS_SEND_ZERO_VALUE", False),
         template_dir=reader.directory("RECEIPTS_TEMPLATE_DIR"),
         locale=reader.locale("RECEIPTS_LOCALE", "en_US"),
+        timezone=reader.timezone("RECEIPTS_TIMEZONE", "UTC"),
         max_body_bytes=int(reader.number("RECEIPTS_MAX_BODY_BYTES", 1024 * 1024, minimum=1024)),
         retry_cutoff_hours=reader.retry_cutoff("RECEIPTS_RETRY_CUTOFF_HOURS", 23.0),
         max_attempts=int(reader.number("RECEIPTS_MAX_ATTEMPTS", 10, minimum=1, maximum=1000)),
@@ -242,6 +244,18 @@ class _Reader:
         if path is not None and not path.is_dir():
             raise ConfigError(name, f"{path} is not a directory")
         return path
+
+    def timezone(self, name: str, default: str) -> str:
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+        raw = self.text(name) or default
+        try:
+            ZoneInfo(raw)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ConfigError(
+                name, f"unknown time zone {raw!r} (an IANA name: Europe/Berlin)"
+            ) from None
+        return raw
 
     def locale(self, name: str, default: str) -> str:
         from babel import Locale, UnknownLocaleError

@@ -9,6 +9,7 @@ without a key, or when a look-up fails, the receipt is made without them.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -26,3 +27,7 @@ class ApiFacts:
 
     payment_method: PaymentMethod | None = None
     preferred_locales: tuple[str, ...] = ()
+    # Every line of the invoice when the payload's list was truncated. Shown on
+    # the receipt, kept out of the fingerprint: a look-up that succeeds on one
+    # delivery and fails on the next must not turn a duplicate into a conflict.
+    all_lines: tuple[dict[str, Any], ...] | None = None

@@ -56,15 +56,13 @@ class ReceiptDeriver:
         return self._derive(replace(header, data_object=enriched.invoice), enriched.facts)
 
     def _derive(self, header: EventHeader, facts: ApiFacts | None) -> Decision:
-        # The ApiFacts join the derivation here, as `api_facts=facts`, once
-        # derive_receipt takes them; everything else already flows through.
-        del facts
         return derive_receipt(
             header,
             self.renderer,
             email_from=self.settings.email_from or "",
             reply_to=self.settings.reply_to,
             send_zero_value=self.settings.send_zero_value,
+            api_facts=facts,
         )
 
     def _will_be_sent(self, header: EventHeader) -> bool:

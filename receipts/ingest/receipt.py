@@ -19,20 +19,17 @@ import json
 import re
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
 
-from receipts.addresses import is_email_address
+from receipts.ingest.api_facts import ApiFacts
 from receipts.ingest.events import STRIPE_ID as _STRIPE_ID
 from receipts.ingest.events import EventHeader, MalformedEvent
-from receipts.ingest.rendering import EmailContent, InvoiceFacts, Renderer
+from receipts.ingest.invoice_facts import read_invoice
+from receipts.ingest.invoice_values import UnusableInvoice
+from receipts.ingest.money import is_amount
+from receipts.ingest.rendering import EmailContent, Renderer
 from receipts.vocabulary import PURPOSE
 
 MAX_KEY_LENGTH = 256  # Resend's limit for an Idempotency-Key
-HOSTED_INVOICE_HOST = "invoice.stripe.com"
-PDF_HOSTS = ("pay.stripe.com", "invoice.stripe.com", "files.stripe.com")
-
-_CONTROL_CHARACTERS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
-_CURRENCY = re.compile(r"^[a-z]{3}$")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,7 +42,10 @@ class ReceiptJob:
     message_key: str
     invoice_id: str
     payload: dict[str, Any]
-    fingerprint: str
+    fingerprint: str  # v2: what the customer is told (see semantic_facts)
+    # The fingerprint earlier releases stored for the same event: a stored row
+    # equal to either is a duplicate, never a conflict.
+    legacy_fingerprint: str
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -54,6 +54,7 @@ class UnsendableReceipt:
     invoice_id: str
     reason: str
     fingerprint: str
+    legacy_fingerprint: str
 
 
 Decision = Ignored | ReceiptJob | UnsendableReceipt
@@ -67,10 +68,72 @@ def message_key(account: str, livemode: bool, invoice_id: str, purpose: str = PU
     return key
 
 
-def fingerprint(facts: dict[str, Any]) -> str:
+FINGERPRINT_VERSION = "v2"
+
+
+def fingerprint(facts: dict[str, Any], prefix: str = f"{FINGERPRINT_VERSION}:sha256:") -> str:
     """A hash of what the email means, not how it is rendered."""
     canonical = json.dumps(facts, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
-    return "sha256:" + hashlib.sha256(canonical.encode("ascii")).hexdigest()
+    return prefix + hashlib.sha256(canonical.encode("ascii")).hexdigest()
+
+
+def semantic_facts(invoice_id: str, invoice: dict[str, Any]) -> dict[str, Any]:
+    """What the customer is told (docs/architecture.md, "Payload freezing and fingerprints").
+
+    Recipients, purpose, invoice, currency, amount paid, total and each line's
+    amount; not the hosted-invoice or PDF links, whose tokens Stripe re-mints
+    each time it renders an invoice, and not the rendered text.
+    """
+    listing = invoice.get("lines")
+    lines = listing.get("data") if isinstance(listing, dict) else None
+    return {
+        "purpose": PURPOSE,
+        "invoice_id": invoice_id,
+        "to": _recipients(invoice),
+        "currency": _scalar(invoice.get("currency")),
+        "amount_paid": _scalar(invoice.get("amount_paid")),
+        "total": _scalar(invoice.get("total")),
+        "line_amounts": [
+            _scalar(line.get("amount")) if isinstance(line, dict) else None for line in lines
+        ]
+        if isinstance(lines, list)
+        else None,
+    }
+
+
+def legacy_fingerprint(invoice_id: str, invoice: dict[str, Any]) -> str:
+    """The fingerprint releases before the v2 definition stored (``sha256:…``).
+
+    It covered the hosted invoice link. Rows stored by those releases keep it,
+    so ingest treats a stored fingerprint equal to this one as a duplicate too:
+    an upgrade must not turn Stripe's redelivery of an old event into a conflict.
+    """
+    fields = {
+        "purpose": PURPOSE,
+        "invoice_id": invoice_id,
+        "to": _recipients(invoice),
+        "amount": invoice.get("amount_paid"),
+        "currency": invoice.get("currency"),
+        "hosted_invoice_url": invoice.get("hosted_invoice_url"),
+    }
+    try:
+        # Exactly what those releases hashed, whatever the values' types.
+        return fingerprint(fields, prefix="sha256:")
+    except (RecursionError, ValueError, TypeError):
+        # Those releases failed on such a value, so no stored row has it.
+        return fingerprint({k: _scalar(v) for k, v in fields.items()}, prefix="sha256:")
+
+
+def _recipients(invoice: dict[str, Any]) -> list[str]:
+    email = invoice.get("customer_email")
+    return [email.strip().lower()] if isinstance(email, str) else []
+
+
+def _scalar(value: object) -> object:
+    """A JSON scalar as it is; anything else as its type name, so hashing never recurses."""
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    return f"<{type(value).__name__}>"
 
 
 def derive_receipt(
@@ -80,8 +143,13 @@ def derive_receipt(
     email_from: str,
     reply_to: str | None = None,
     send_zero_value: bool = False,
+    api_facts: ApiFacts | None = None,
 ) -> Decision:
-    """Decide what one verified event means for the outbox."""
+    """Decide what one verified event means for the outbox.
+
+    ``api_facts``, when ingest could look them up, add the payment method and
+    choose the language from the customer's preferred locales.
+    """
     if header.event_type != "invoice.paid":
         return Ignored(reason="event_type_not_handled")
     invoice = header.data_object
@@ -97,96 +165,35 @@ def derive_receipt(
     key = message_key(header.account, header.livemode, invoice_id)
 
     amount = invoice.get("amount_paid")
-    valid_amount = isinstance(amount, int) and not isinstance(amount, bool) and amount >= 0
-    if valid_amount and amount == 0 and not send_zero_value:
+    if amount == 0 and is_amount(amount) and not send_zero_value:
         return Ignored(reason="zero_value")
 
-    semantic = _semantic_facts(invoice_id, invoice)
-    problem = _unsendable_reason(invoice, valid_amount)
-    if problem is not None:
+    meaning = fingerprint(semantic_facts(invoice_id, invoice))
+    legacy = legacy_fingerprint(invoice_id, invoice)
+    try:
+        all_lines = list(api_facts.all_lines) if api_facts and api_facts.all_lines else None
+        facts = read_invoice(invoice_id, invoice, header.created, all_lines=all_lines)
+    except UnusableInvoice as unusable:
         return UnsendableReceipt(
             message_key=key,
             invoice_id=invoice_id,
-            reason=problem,
-            fingerprint=fingerprint(semantic),
+            reason=unusable.reason,
+            fingerprint=meaning,
+            legacy_fingerprint=legacy,
         )
-    facts = _invoice_facts(invoice_id, invoice, header.created)
-    content = renderer.render(facts)
+    facts_from_api = api_facts or ApiFacts()
+    content = renderer.render(
+        facts,
+        locale=renderer.choose_locale(facts_from_api.preferred_locales),
+        payment_method=facts_from_api.payment_method,
+    )
     payload = _resend_payload(content, key, email_from=email_from, reply_to=reply_to, to=facts.to)
     return ReceiptJob(
-        message_key=key, invoice_id=invoice_id, payload=payload, fingerprint=fingerprint(semantic)
-    )
-
-
-def _semantic_facts(invoice_id: str, invoice: dict[str, Any]) -> dict[str, Any]:
-    """What identifies the send: recipients, purpose, invoice, amount, link."""
-    email = invoice.get("customer_email")
-    return {
-        "purpose": PURPOSE,
-        "invoice_id": invoice_id,
-        "to": [email.strip().lower()] if isinstance(email, str) else [],
-        "amount": invoice.get("amount_paid"),
-        "currency": invoice.get("currency"),
-        "hosted_invoice_url": invoice.get("hosted_invoice_url"),
-    }
-
-
-def _unsendable_reason(invoice: dict[str, Any], valid_amount: bool) -> str | None:
-    email = invoice.get("customer_email")
-    if not isinstance(email, str) or not email.strip():
-        return "missing_customer_email"
-    if not is_email_address(email.strip()):
-        return "invalid_customer_email"
-    if not _is_stripe_url(invoice.get("hosted_invoice_url"), (HOSTED_INVOICE_HOST,)):
-        return "invalid_hosted_invoice_url"
-    if not valid_amount:
-        return "invalid_amount_paid"
-    currency = invoice.get("currency")
-    if not isinstance(currency, str) or not _CURRENCY.match(currency):
-        return "invalid_currency"
-    return None
-
-
-def _is_stripe_url(value: object, hosts: tuple[str, ...]) -> bool:
-    if not isinstance(value, str) or len(value) > 2048 or _CONTROL_CHARACTERS.search(value):
-        return False
-    try:
-        parts = urlsplit(value)
-    except ValueError:
-        return False
-    return parts.scheme == "https" and parts.hostname in hosts and parts.port is None
-
-
-def _is_timestamp(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and 0 < value < 2**33
-
-
-def _clean_text(value: object, limit: int = 200) -> str | None:
-    """A display string without control characters, or None if there is none."""
-    if not isinstance(value, str):
-        return None
-    cleaned = _CONTROL_CHARACTERS.sub("", value).strip()[:limit]
-    return cleaned or None
-
-
-def _invoice_facts(invoice_id: str, invoice: dict[str, Any], created: int | None) -> InvoiceFacts:
-    number = _clean_text(invoice.get("number"), 100)
-    pdf = invoice.get("invoice_pdf")
-    name = _clean_text(invoice.get("customer_name"))
-    transitions = invoice.get("status_transitions")
-    paid_at = transitions.get("paid_at") if isinstance(transitions, dict) else None
-    if not _is_timestamp(paid_at):
-        paid_at = created if _is_timestamp(created) else None
-    return InvoiceFacts(
+        message_key=key,
         invoice_id=invoice_id,
-        number=number or invoice_id,
-        to=str(invoice["customer_email"]).strip(),
-        customer_name=name,
-        amount=int(invoice["amount_paid"]),
-        currency=str(invoice["currency"]),
-        paid_at=paid_at,
-        hosted_invoice_url=str(invoice["hosted_invoice_url"]),
-        invoice_pdf=pdf if _is_stripe_url(pdf, PDF_HOSTS) else None,
+        payload=payload,
+        fingerprint=meaning,
+        legacy_fingerprint=legacy,
     )
 
 

@@ -1,49 +1,51 @@
-"""Render the receipt email (subject, text, HTML) from Jinja templates.
+"""Render the receipt email (subject, text, HTML) from Jinja templates, in the reader's language.
 
-Templates ship in ``receipts/ingest/templates/invoice_paid/``; a directory named by
-``RECEIPTS_TEMPLATE_DIR`` may override any of them. Amounts are formatted with
-Babel from Stripe's smallest currency unit, so zero-decimal (JPY, KRW) and
-three-decimal (BHD, KWD) currencies come out right.
+Templates ship in ``receipts/ingest/templates/invoice_paid/``; a directory named
+by ``RECEIPTS_TEMPLATE_DIR`` may override any of them. Every template is
+compiled, and tried on two sample receipts in the configured locale, when the
+:class:`Renderer` is built, which the web process does at start-up: a broken
+template stops the start with one line naming the file and line
+(:class:`~receipts.config.ConfigError`) instead of failing every webhook.
+The templates are the same code in every language, and the catalogs are
+checked by the tests; trying the samples in every language as well would load
+Babel's data for all of them into every web worker (about 1 MB each) before
+any customer needs it.
+
+The language of one receipt is the customer's first preferred locale that a
+catalog exists for (``preferred_locales``, known only through Stripe's API),
+else ``RECEIPTS_LOCALE``; amounts, dates and country names follow that locale.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from decimal import Decimal
+from datetime import datetime
 from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from babel import Locale
 from babel.dates import format_date
-from babel.numbers import format_currency, get_currency_precision
-from jinja2 import (
-    ChoiceLoader,
-    Environment,
-    FileSystemLoader,
-    PackageLoader,
-    StrictUndefined,
-    select_autoescape,
+from jinja2 import Template, TemplateError, TemplateSyntaxError
+
+from receipts.config import ConfigError, Settings
+from receipts.ingest.api_facts import PaymentMethod
+from receipts.ingest.catalogs import (
+    SOURCE_LANGUAGE,
+    catalog_language,
+    load_catalogs,
+    parse_locale,
 )
+from receipts.ingest.invoice_facts import ReceiptFacts
+from receipts.ingest.money import format_amount
+from receipts.ingest.presentation import present
+from receipts.ingest.samples import SAMPLE_PAYMENT_METHOD, sample_receipts
+from receipts.ingest.template_env import environment, messages, template_line
 
 TEMPLATE_FOLDER = "invoice_paid"
-
-# Stripe's API keeps two decimal places for these although CLDR (and so Babel)
-# gives them none: an ISK or HUF amount of 100 is one króna or forint.
-_STRIPE_MINOR_UNIT_OVERRIDES = {"ISK": 2, "HUF": 2}
-
-
-@dataclass(frozen=True, kw_only=True)
-class InvoiceFacts:
-    """The fields of a paid invoice that the email shows."""
-
-    invoice_id: str
-    number: str
-    to: str
-    customer_name: str | None
-    amount: int  # in the currency's smallest unit, as Stripe sends it
-    currency: str  # lower-case ISO 4217, as Stripe sends it
-    paid_at: int | None  # unix seconds
-    hosted_invoice_url: str
-    invoice_pdf: str | None
+TEMPLATE_NAMES = ("subject.txt", "body.txt", "body.html")
+_PACKAGED = "receipts/ingest/templates"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -53,54 +55,181 @@ class EmailContent:
     html: str
 
 
-def format_amount(amount: int, currency: str, locale: str) -> str:
-    """Format an amount in minor units, e.g. (1999, 'usd') -> '$19.99'."""
-    code = currency.upper()
-    digits = _STRIPE_MINOR_UNIT_OVERRIDES.get(code, get_currency_precision(code))
-    major = Decimal(amount).scaleb(-digits)
-    # No quantization: a fractional forint must show, not round away.
-    return format_currency(major, code, locale=locale, decimal_quantization=False)
+@dataclass(frozen=True, kw_only=True)
+class LegacyInvoice:
+    """``invoice`` as templates written before the itemized receipt saw it."""
 
-
-def format_paid_date(paid_at: int | None, locale: str) -> str | None:
-    if paid_at is None:
-        return None
-    return format_date(datetime.fromtimestamp(paid_at, tz=UTC).date(), "long", locale=locale)
+    invoice_id: str
+    number: str
+    to: str
+    customer_name: str | None
+    amount: int
+    currency: str
+    paid_at: int | None
+    hosted_invoice_url: str
+    invoice_pdf: str | None
 
 
 class Renderer:
-    """A Jinja environment bound to one locale and optional override directory."""
+    """The compiled templates, every shipped language's messages, a default locale, a time zone.
 
-    def __init__(self, *, locale: str = "en_US", template_dir: Path | None = None) -> None:
-        packaged = PackageLoader("receipts.ingest", "templates")
-        loader = (
-            ChoiceLoader([FileSystemLoader(str(template_dir)), packaged])
-            if template_dir
-            else packaged
-        )
+    The templates are compiled once; a render passes its language's
+    ``_``/``gettext``/``ngettext`` in the template context, which Jinja looks
+    up before the globals, so one compiled template serves every language.
+    """
+
+    def __init__(
+        self,
+        *,
+        locale: str = "en_US",
+        template_dir: Path | None = None,
+        timezone: str = "UTC",
+    ) -> None:
+        default = parse_locale(locale)
+        if default is None:
+            raise ConfigError("RECEIPTS_LOCALE", f"unknown locale {locale!r}")
         self.locale = locale
-        self._env = Environment(
-            loader=loader,
-            autoescape=select_autoescape(enabled_extensions=("html",), default=False),
-            undefined=StrictUndefined,
-            keep_trailing_newline=False,
-            # Templates change only with a deploy, which restarts the process;
-            # checking their mtimes on every render cost ~6% of ingest time.
-            auto_reload=False,
+        self._default = default
+        try:
+            self.timezone = ZoneInfo(timezone)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ConfigError("RECEIPTS_TIMEZONE", f"unknown time zone {timezone!r}") from None
+        self._template_dir = template_dir
+        self._catalogs = load_catalogs()
+        self._messages = {
+            (language, escaped): messages(translations, escaped=escaped)
+            for language, translations in self._catalogs.items()
+            for escaped in (False, True)
+        }
+        self._templates = self._compile()
+        self._try_every_template()
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Renderer:
+        return cls(
+            locale=settings.locale,
+            template_dir=settings.template_dir,
+            timezone=settings.timezone,
         )
 
-    def render(self, facts: InvoiceFacts) -> EmailContent:
-        context = {
-            "invoice": facts,
-            "amount": format_amount(facts.amount, facts.currency, self.locale),
-            "paid_date": format_paid_date(facts.paid_at, self.locale),
-        }
-        subject = self._render("subject.txt", context)
+    def choose_locale(self, preferred: Sequence[str] = ()) -> str:
+        """The first preferred locale a catalog exists for, else the configured one."""
+        for tag in preferred:
+            found = parse_locale(tag)
+            if found is not None and catalog_language(found) is not None:
+                return str(found)
+        return self.locale
+
+    def render(
+        self,
+        facts: ReceiptFacts,
+        *,
+        locale: str | None = None,
+        payment_method: PaymentMethod | None = None,
+    ) -> EmailContent:
+        chosen = self._default if locale is None else parse_locale(locale) or self._default
+        language = catalog_language(chosen) or SOURCE_LANGUAGE
+        context = self._context(facts, chosen, payment_method)
+        subject = self._render("subject.txt", context, language)
         return EmailContent(
             subject=" ".join(subject.split()),
-            text=self._render("body.txt", context).strip() + "\n",
-            html=self._render("body.html", context).strip() + "\n",
+            text=self._render("body.txt", context, language).strip() + "\n",
+            html=self._render("body.html", context, language).strip() + "\n",
         )
 
-    def _render(self, name: str, context: dict[str, object]) -> str:
-        return self._env.get_template(f"{TEMPLATE_FOLDER}/{name}").render(context)
+    def _render(self, name: str, context: dict[str, Any], language: str) -> str:
+        """One template, with its language's messages in the context, escaped for HTML."""
+        template = self._templates[name]
+        messages = self._messages[language, bool(self._autoescape(template.name))]
+        return template.render({**context, **messages})
+
+    def _context(
+        self,
+        facts: ReceiptFacts,
+        locale: Locale,
+        payment_method: PaymentMethod | None,
+    ) -> dict[str, Any]:
+        receipt = present(
+            facts,
+            locale=locale,
+            translations=self._catalogs[catalog_language(locale) or SOURCE_LANGUAGE],
+            timezone=self.timezone,
+            payment_method=payment_method,
+        )
+        return {
+            "receipt": receipt,
+            "locale": str(locale),
+            "language": locale.language,
+            # Kept for templates written before the itemized receipt.
+            "invoice": LegacyInvoice(
+                invoice_id=facts.invoice_id,
+                number=facts.number,
+                to=facts.to,
+                customer_name=facts.customer_name,
+                amount=facts.amount_paid,
+                currency=facts.currency,
+                paid_at=facts.paid_at,
+                hosted_invoice_url=facts.hosted_invoice_url,
+                invoice_pdf=facts.invoice_pdf,
+            ),
+            "amount": receipt.amount_paid,
+            "paid_date": _Deferred(lambda: self._paid_date(facts.paid_at, locale)),
+        }
+
+    def _paid_date(self, paid_at: int | None, locale: Locale) -> str:
+        if paid_at is None:
+            return ""
+        return format_date(datetime.fromtimestamp(paid_at, tz=self.timezone), "long", locale=locale)
+
+    def _compile(self) -> dict[str, Template]:
+        env = environment(self._template_dir)
+        self._autoescape = env.autoescape if callable(env.autoescape) else lambda _: env.autoescape
+        compiled = {}
+        for name in TEMPLATE_NAMES:
+            path = f"{TEMPLATE_FOLDER}/{name}"
+            try:
+                compiled[name] = env.get_template(path)
+            except TemplateSyntaxError as error:
+                raise self._error(path, error.lineno, error.message or "syntax error") from None
+            except (TemplateError, UnicodeDecodeError, OSError) as error:
+                raise self._error(path, None, str(error)) from None
+        return compiled
+
+    def _try_every_template(self) -> None:
+        """Render two samples (everything present, everything optional absent) in the locale."""
+        language = catalog_language(self._default) or SOURCE_LANGUAGE
+        for facts in sample_receipts():
+            context = self._context(facts, self._default, SAMPLE_PAYMENT_METHOD)
+            for name, template in self._templates.items():
+                try:
+                    self._render(name, context, language)
+                except Exception as error:  # a template may raise anything
+                    line = template_line(error, template.filename)
+                    problem = f"{type(error).__name__}: {error}"
+                    raise self._error(f"{TEMPLATE_FOLDER}/{name}", line, problem) from None
+
+    def _error(self, path: str, line: int | None, problem: str) -> ConfigError:
+        """One line naming the template (and the line) that cannot be used."""
+        overridden = self._template_dir is not None and (self._template_dir / path).is_file()
+        variable = "RECEIPTS_TEMPLATE_DIR" if overridden else _PACKAGED
+        where = f"{path} line {line}" if line else path
+        return ConfigError(variable, f"{where}: {' '.join(problem.split())}")
+
+
+class _Deferred:
+    """Text a template may show, worked out only if it does (old templates' ``paid_date``)."""
+
+    def __init__(self, compute: Callable[[], str]) -> None:
+        self._compute = compute
+        self._text: str | None = None
+
+    def __str__(self) -> str:
+        if self._text is None:
+            self._text = self._compute()
+        return self._text
+
+    def __bool__(self) -> bool:
+        return bool(str(self))
+
+
+__all__ = ["EmailContent", "Renderer", "format_amount"]

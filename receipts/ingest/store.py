@@ -93,6 +93,7 @@ def _outbox_row(header: EventHeader, decision: ReceiptJob | UnsendableReceipt) -
         "invoice_id": decision.invoice_id,
         "event_id": header.event_id,
         "fingerprint": decision.fingerprint,
+        "legacy_fingerprint": decision.legacy_fingerprint,
         "payload": Jsonb(decision.payload) if isinstance(decision, ReceiptJob) else None,
         "status": RowStatus.PENDING if is_job else RowStatus.REVIEW,
         "review_reason": None if isinstance(decision, ReceiptJob) else decision.reason,
@@ -116,7 +117,7 @@ def _insert_outbox_row(
     # A receipt imported from an earlier sender (`receipts import`) was sent
     # already: any event for it is a duplicate, not a conflict.
     if existing is not None and (
-        existing["fingerprint"] == decision.fingerprint
+        existing["fingerprint"] in (decision.fingerprint, decision.legacy_fingerprint)
         or existing["fingerprint"].startswith(IMPORTED_FINGERPRINT_PREFIX)
     ):
         return IngestOutcome.DUPLICATE

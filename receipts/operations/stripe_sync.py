@@ -80,7 +80,7 @@ def stripe_setup(environ: Mapping[str, str], command: str, *, derives: bool) -> 
     required = ("DATABASE_URL", "EMAIL_FROM") if derives else ("DATABASE_URL",)
     settings = load_settings(environ, required=required)
     assert settings.database_url is not None
-    renderer = Renderer(locale=settings.locale, template_dir=settings.template_dir)
+    renderer = Renderer.from_settings(settings)
     api = StripeApi.from_settings(settings, BATCH)
     return StripeSetup(
         settings=settings,

@@ -18,7 +18,9 @@ WITH new_row AS (
      WHERE message_key = %(key)s AND NOT EXISTS (SELECT FROM new_row)
 ), decided AS (
     SELECT CASE WHEN EXISTS (SELECT FROM new_row) THEN %(new_outcome)s::text
-                WHEN (SELECT fingerprint FROM existing) = %(fingerprint)s THEN 'duplicate'
+                -- the same receipt, or one an earlier release fingerprinted (links included)
+                WHEN (SELECT fingerprint FROM existing) IN (%(fingerprint)s, %(legacy_fingerprint)s)
+                    THEN 'duplicate'
                 -- imported from an earlier sender (`receipts import`): sent already
                 WHEN starts_with((SELECT fingerprint FROM existing), %(imported_prefix)s)
                     THEN 'duplicate'

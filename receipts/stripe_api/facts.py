@@ -42,7 +42,7 @@ T = TypeVar("T")
 class Enriched:
     """The invoice as derivation should see it, and the facts for the template."""
 
-    invoice: Json  # with every line, and the customer's email if the payload had none
+    invoice: Json  # with the customer's email if the payload had none
     facts: ApiFacts
 
 
@@ -51,10 +51,9 @@ def enrich(api: StripeApi, invoice: Json, scope: Scope, *, deadline: float | Non
     lookups = _Lookups(invoice_id=str(invoice.get("id")), deadline=deadline)
     invoice = dict(invoice)
     lines = invoice.get("lines")
+    every_line = None
     if isinstance(lines, dict) and lines.get("has_more") is True:
         every_line = lookups.run("lines", lambda: api.invoice_lines(str(invoice["id"]), scope))
-        if every_line is not None:
-            invoice["lines"] = {**lines, "data": every_line, "has_more": False}
     customer = _customer(api, invoice, scope, lookups)
     if customer is not None and not _text(invoice.get("customer_email")):
         email = customer.get("email")
@@ -69,6 +68,7 @@ def enrich(api: StripeApi, invoice: Json, scope: Scope, *, deadline: float | Non
             preferred_locales=tuple(
                 locale for locale in locales or () if isinstance(locale, str) and locale
             ),
+            all_lines=tuple(every_line) if every_line is not None else None,
         ),
     )
 

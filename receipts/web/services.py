@@ -47,7 +47,7 @@ class Services:
             max_size=settings.pool_max_size,
             timeout=settings.database_timeout,
         )
-        renderer = Renderer(locale=settings.locale, template_dir=settings.template_dir)
+        renderer = Renderer.from_settings(settings)
         wake_up = WakeUp(database.url, NOTIFY_CHANNEL)
         api = StripeApi.from_settings(settings, IN_REQUEST)
         deriver = ReceiptDeriver(settings, renderer, api, budget_seconds=IN_REQUEST_BUDGET_SECONDS)

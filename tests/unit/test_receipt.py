@@ -33,7 +33,7 @@ def test_paid_invoice_becomes_a_job_with_the_scoped_key() -> None:
     assert job.message_key == "platform/test/in_1Abc/invoice-paid"
     assert job.payload["from"] == FROM
     assert job.payload["to"] == ["jenny.rosen@example.com"]
-    assert "is paid" in job.payload["subject"]
+    assert job.payload["subject"] == f"Receipt for invoice {invoice['number']}"
     assert "$19.99" in job.payload["text"] and "$19.99" in job.payload["html"]
     assert invoice["hosted_invoice_url"] in job.payload["text"]
     assert job.payload["tags"] == [
@@ -98,6 +98,7 @@ def test_paid_invoice_without_a_usable_email_needs_review(
         invoice_id="in_1Bad",
         reason=reason,
         fingerprint=decision.fingerprint,
+        legacy_fingerprint=decision.legacy_fingerprint,
     )
 
 

@@ -1,0 +1,95 @@
+"""Typed reads of single invoice fields, and the review reasons a bad one gives.
+
+Stripe signs what it sends, so a field of the wrong type or an impossible
+amount means the payload is not what Stripe's API produces: the invoice goes
+to review with a reason instead of becoming a wrong email or a 500.
+"""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal, InvalidOperation
+from typing import Any
+from urllib.parse import urlsplit
+
+from receipts.ingest.money import is_amount
+
+MISSING_CUSTOMER_EMAIL = "missing_customer_email"
+INVALID_CUSTOMER_EMAIL = "invalid_customer_email"
+INVALID_HOSTED_INVOICE_URL = "invalid_hosted_invoice_url"
+INVALID_AMOUNT_PAID = "invalid_amount_paid"
+INVALID_CURRENCY = "invalid_currency"
+INVALID_AMOUNTS = "invalid_invoice_amounts"
+
+_URL_FORBIDDEN = re.compile(r"[\x00-\x20\x7f\\]")
+
+
+class UnusableInvoice(ValueError):
+    """The invoice cannot become an email; ``reason`` is the review reason."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def optional_amount(value: object) -> int | None:
+    """None when absent; the amount when Stripe could have sent it; else the invoice is unusable."""
+    if value is None:
+        return None
+    if not is_amount(value):
+        raise UnusableInvoice(INVALID_AMOUNTS)
+    assert isinstance(value, int)
+    return value
+
+
+def required_amount(value: object) -> int:
+    amount = optional_amount(value)
+    if amount is None:
+        raise UnusableInvoice(INVALID_AMOUNTS)
+    return amount
+
+
+def percentage(value: object) -> Decimal | None:
+    """A percentage between 0 and 100 as Stripe sends it (a JSON number), else None."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        number = Decimal(str(value))
+    except InvalidOperation:
+        return None
+    return number if number.is_finite() and 0 <= number <= 100 else None
+
+
+def is_stripe_url(value: object, hosts: tuple[str, ...]) -> bool:
+    """An https URL whose host is one of ``hosts``, read the same way by every parser.
+
+    No user info, port, backslash, whitespace or control character: browsers
+    read ``https://evil.example\\@invoice.stripe.com/`` as a link to evil.example.
+    """
+    if not isinstance(value, str) or len(value) > 2048 or _URL_FORBIDDEN.search(value):
+        return False
+    try:
+        parts = urlsplit(value)
+    except ValueError:
+        return False
+    return parts.scheme == "https" and parts.netloc in hosts
+
+
+def is_count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def is_timestamp(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 < value < 2**33
+
+
+def dicts(value: object) -> list[dict[str, Any]]:
+    """The objects of a JSON list (anything else in it is skipped); [] if not a list."""
+    return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
+
+
+def object_id(value: object) -> str | None:
+    """The id of an expandable field: the string itself, or the expanded object's ``id``."""
+    if isinstance(value, dict):
+        value = value.get("id")
+    return value if isinstance(value, str) else None

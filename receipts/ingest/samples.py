@@ -1,0 +1,114 @@
+"""Two sample receipts the renderer tries every template on at start-up.
+
+One has every optional part a receipt can show (credits, quantities, periods,
+discounts, each kind of tax, shipping, credit balance, a truncated line list),
+the other none of them: between them they take a template through each branch
+that depends on the data, so a template that cannot render either fails the
+start, not a webhook.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from receipts.ingest.api_facts import PaymentMethod
+from receipts.ingest.invoice_facts import LineItem, ReceiptFacts
+from receipts.ingest.invoice_totals import Discount, Tax
+
+SAMPLE_PAYMENT_METHOD = PaymentMethod(kind="card", brand="visa", last4="4242")
+
+_URL = "https://invoice.stripe.com/i/acct_1Sample/test_Sample"
+_PAID_AT = 1764460800
+
+
+def sample_receipts() -> tuple[ReceiptFacts, ReceiptFacts]:
+    return _full(), _minimal()
+
+
+def _full() -> ReceiptFacts:
+    return ReceiptFacts(
+        invoice_id="in_1Sample",
+        number="SAMPLE-0001",
+        to="jenny.rosen@example.com",
+        customer_name="Jenny Rosen",
+        customer_address=("1 Main Street", "Brooklyn, NY 11201"),
+        customer_country="US",
+        merchant="Sample Shop",
+        currency="usd",
+        lines=(
+            LineItem(
+                description="Unused time on Starter",
+                quantity=None,
+                amount=-967,
+                proration=True,
+                period=(_PAID_AT - 86400 * 15, _PAID_AT),
+            ),
+            LineItem(
+                description="Pro",
+                quantity=Decimal(2),
+                amount=9800,
+                proration=False,
+                period=(_PAID_AT, _PAID_AT + 86400 * 30),
+            ),
+            LineItem(description=None, quantity=None, amount=500, proration=False, period=None),
+        ),
+        more_lines=3,
+        lines_truncated=True,
+        subtotal=9333,
+        discounts=(
+            Discount(name="Launch", percent_off=Decimal(20), amount=1867),
+            Discount(name=None, percent_off=None, amount=100),
+            Discount(name=None, percent_off=None, amount=50, credit=True),
+        ),
+        taxes=(
+            Tax(
+                name="Sales tax",
+                percentage=Decimal("8.875"),
+                inclusive=False,
+                reverse_charge=False,
+                amount=658,
+            ),
+            Tax(
+                name="VAT", percentage=Decimal(19), inclusive=True, reverse_charge=False, amount=10
+            ),
+            Tax(name=None, percentage=None, inclusive=True, reverse_charge=False, amount=5),
+            Tax(name=None, percentage=None, inclusive=False, reverse_charge=True, amount=0),
+        ),
+        shipping=500,
+        total=8474,
+        credit_notes=100,
+        credit_applied=400,
+        previous_balance=300,
+        amount_paid=8274,
+        paid_at=_PAID_AT,
+        hosted_invoice_url=_URL,
+        invoice_pdf=_URL + "/pdf",
+    )
+
+
+def _minimal() -> ReceiptFacts:
+    return ReceiptFacts(
+        invoice_id="in_1Sample",
+        number="in_1Sample",
+        to="jenny.rosen@example.com",
+        customer_name=None,
+        customer_address=(),
+        customer_country=None,
+        merchant=None,
+        currency="jpy",
+        lines=(),
+        more_lines=None,
+        lines_truncated=True,
+        subtotal=None,
+        discounts=(),
+        taxes=(),
+        shipping=None,
+        total=None,
+        credit_notes=0,
+        credit_applied=0,
+        previous_balance=0,
+        amount_paid=1500,
+        paid_at=None,
+        hosted_invoice_url=_URL,
+        invoice_pdf=None,
+    )

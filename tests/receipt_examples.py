@@ -1,0 +1,56 @@
+"""The events in examples/ and one way to turn any of them into a receipt, for the tests."""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from receipts.ingest.api_facts import ApiFacts, PaymentMethod
+from receipts.ingest.events import parse_event
+from receipts.ingest.receipt import Decision, ReceiptJob, derive_receipt
+from receipts.ingest.rendering import Renderer
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+FROM = "Billing <billing@example.com>"
+VISA = ApiFacts(payment_method=PaymentMethod(kind="card", brand="visa", last4="4242"))
+
+
+def example_names() -> list[str]:
+    """Every example event, by file stem."""
+    return sorted(path.stem for path in EXAMPLES.glob("*.json"))
+
+
+@cache
+def _load(name: str) -> str:
+    return (EXAMPLES / f"{name}.json").read_text(encoding="utf-8")
+
+
+def example(name: str) -> dict[str, Any]:
+    """A fresh copy of one example event."""
+    event: dict[str, Any] = json.loads(_load(name))
+    return event
+
+
+def invoice_of(name: str) -> dict[str, Any]:
+    invoice: dict[str, Any] = example(name)["data"]["object"]
+    return invoice
+
+
+@cache
+def renderer(locale: str = "en_US", timezone: str = "UTC") -> Renderer:
+    """One renderer per locale and zone: building one compiles and tries every template."""
+    return Renderer(locale=locale, timezone=timezone)
+
+
+def derive(event: dict[str, Any], using: Renderer | None = None, **options: Any) -> Decision:
+    """What ingest would decide for ``event``; zero-value invoices are sent too."""
+    options.setdefault("send_zero_value", True)
+    return derive_receipt(parse_event(event), using or renderer(), email_from=FROM, **options)
+
+
+def job(event: dict[str, Any], using: Renderer | None = None, **options: Any) -> ReceiptJob:
+    decision = derive(event, using, **options)
+    assert isinstance(decision, ReceiptJob), decision
+    return decision

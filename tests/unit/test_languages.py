@@ -1,0 +1,135 @@
+"""Every example in every shipped language: no English left but names and numbers.
+
+The check takes each rendered part, removes every value that comes from the
+invoice or from Babel's locale data (names, descriptions, amounts, dates,
+links, country names), then every piece of that language's own catalog. What
+remains must hold no letter at all: any word left is text the catalog did not
+translate.
+"""
+
+from __future__ import annotations
+
+import re
+from html.parser import HTMLParser
+from typing import Any
+
+import pytest
+from babel.messages.pofile import read_po
+
+from receipts.ingest.catalogs import (
+    LANGUAGES,
+    SOURCE_LANGUAGE,
+    catalog_path,
+    load_catalogs,
+    parse_locale,
+)
+from receipts.ingest.invoice_facts import read_invoice
+from receipts.ingest.presentation import present
+from tests.receipt_examples import VISA, example, example_names, invoice_of, job, renderer
+
+TRANSLATED = [language for language in LANGUAGES if language != SOURCE_LANGUAGE]
+PLACEHOLDER = re.compile(r"%\(\w+\)s")
+LETTER = re.compile(r"[^\W\d_]+")
+
+
+def catalog_pieces(language: str) -> list[str]:
+    """Every stretch of fixed text in the language's translations, longest first."""
+    with catalog_path(language).open("rb") as source:
+        catalog = read_po(source, locale=language)
+    pieces: set[str] = set()
+    for message in catalog:
+        if not message.id:
+            continue
+        strings = message.string if isinstance(message.string, tuple) else (message.string,)
+        for string in strings:
+            pieces.update(piece.strip() for piece in PLACEHOLDER.split(string))
+    return sorted((piece for piece in pieces if LETTER.search(piece)), key=len, reverse=True)
+
+
+def dynamic_values(name: str, language: str) -> list[str]:
+    """What the receipt takes from the invoice and from Babel, as rendered in ``language``."""
+    invoice = invoice_of(name)
+    facts = read_invoice(invoice["id"], invoice, None)
+    view = present(
+        facts,
+        locale=parse_locale(language),  # type: ignore[arg-type]
+        translations=load_catalogs()[language],
+        timezone=renderer(language).timezone,
+        payment_method=VISA.payment_method,
+    )
+    values: list[Any] = [
+        facts.merchant,
+        facts.number,
+        facts.customer_name,
+        facts.to,
+        facts.hosted_invoice_url,
+        facts.invoice_pdf,
+        view.paid_at,
+        "Visa",
+        *view.customer_address,
+        *(line.description for line in facts.lines),
+        *(line.period for line in view.lines),
+        *(line.amount for line in view.lines),
+        *(line.quantity for line in view.lines),
+        *(found.name for found in (*facts.discounts, *facts.taxes)),
+        *(found.amount for found in (*view.discounts, *view.taxes)),
+        view.subtotal,
+        view.total,
+        view.amount_paid,
+        view.credit_applied,
+        view.credit_applied_negative,
+        view.previous_balance,
+        view.shipping,
+        view.credit_notes,
+    ]
+    return sorted({value for value in values if value}, key=len, reverse=True)
+
+
+class _Text(HTMLParser):
+    """The text a reader sees in an HTML part (attributes, such as links, left out)."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.parts: list[str] = []
+
+    def handle_data(self, data: str) -> None:
+        self.parts.append(data)
+
+
+def visible_text(html: str) -> str:
+    parser = _Text()
+    parser.feed(html)
+    parser.close()
+    return "\n".join(parser.parts)
+
+
+def without(text: str, values: list[str], pieces: list[str]) -> str:
+    for value in values:
+        text = text.replace(value, " ")
+    for piece in pieces:
+        # Latin words must match whole; Japanese has no spaces between words.
+        before = r"(?<!\w)" if piece[0].isascii() and piece[0].isalnum() else ""
+        after = r"(?!\w)" if piece[-1].isascii() and piece[-1].isalnum() else ""
+        text = re.sub(before + re.escape(piece) + after, " ", text)
+    return text
+
+
+@pytest.mark.parametrize("language", TRANSLATED)
+@pytest.mark.parametrize("name", example_names())
+def test_no_english_is_left(name: str, language: str) -> None:
+    """Subject, text and HTML hold only the language's catalog, names and numbers."""
+    payload = job(example(name), renderer(language), api_facts=VISA).payload
+    values = dynamic_values(name, language)
+    pieces = catalog_pieces(language)
+    for part in ("subject", "text", "html"):
+        text = visible_text(payload[part]) if part == "html" else payload[part]
+        left = LETTER.findall(without(text, values, pieces))
+        assert not left, f"{name} in {language}, {part}: untranslated {left}"
+
+
+def test_the_check_finds_english_when_a_catalog_misses_a_message() -> None:
+    """The test above would fail on an English word: here one is added to a German receipt."""
+    payload = job(example("invoice_paid"), renderer("de"), api_facts=VISA).payload
+    values = dynamic_values("invoice_paid", "de")
+    leaked = payload["text"].replace("Zwischensumme", "Subtotal")
+    assert LETTER.findall(without(leaked, values, catalog_pieces("de"))) == ["Subtotal"]

@@ -1,0 +1,110 @@
+"""``receipts preview``: the receipt of an event file, with the configured templates, no DB."""
+
+from __future__ import annotations
+
+import email
+import email.policy
+import json
+from pathlib import Path
+
+import pytest
+
+from receipts.cli import main
+from tests.receipt_examples import EXAMPLES, example
+
+# No DATABASE_URL: preview must not need one.
+ENVIRON = {"EMAIL_FROM": "Acme Billing <billing@acme.example>"}
+
+
+def preview(
+    args: list[str], capsys: pytest.CaptureFixture[str], **environ: str
+) -> tuple[int, str, str]:
+    code = main(["preview", *args], {**ENVIRON, **environ})
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_text_is_the_default(capsys: pytest.CaptureFixture[str]) -> None:
+    """The text part, exactly as it would be stored."""
+    code, out, _ = preview([str(EXAMPLES / "invoice_paid_credit_balance.json")], capsys)
+    assert code == 0
+    assert out.startswith("Hello Sam Okafor,\n")
+    assert "$4.00 from your credit balance, $6.00 charged" in out
+
+
+def test_html_in_another_locale(capsys: pytest.CaptureFixture[str]) -> None:
+    """--locale renders in that language and its formats."""
+    path = str(EXAMPLES / "invoice_paid_jpy.json")
+    code, out, _ = preview([path, "--format", "html", "--locale", "ja_JP"], capsys)
+    assert code == 0 and out.startswith("<!doctype html>") and '<html lang="ja">' in out
+    assert "￥40,400" in out and "合計" in out
+
+
+def test_eml_is_a_whole_message_with_both_parts(capsys: pytest.CaptureFixture[str]) -> None:
+    """The .eml a mail client can open: From, To, Subject, a text and an HTML part."""
+    code, out, _ = preview([str(EXAMPLES / "invoice_paid.json"), "--format", "eml"], capsys)
+    assert code == 0
+    message = email.message_from_string(out, policy=email.policy.default)
+    assert message["From"] == "Acme Billing <billing@acme.example>"
+    assert message["To"] == "jenny.rosen@example.com"
+    assert message["Subject"] == "Receipt from Acme Tools, Inc. for invoice ACME-0042"
+    text = message.get_body(("plain",))
+    html = message.get_body(("html",))
+    assert text is not None and "Amount paid: $49.00" in text.get_content()
+    assert html is not None and "$49.00" in html.get_content()
+
+
+def test_stdin_and_the_configured_templates(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A team checks its own template before a deploy; - reads the event from stdin."""
+    folder = tmp_path / "invoice_paid"
+    folder.mkdir()
+    (folder / "body.txt").write_text("Paid {{ receipt.amount_paid }} to {{ receipt.merchant }}")
+    monkeypatch.setattr("sys.stdin", _Stdin(json.dumps(example("invoice_paid")).encode()))
+    code, out, _ = preview(["-"], capsys, RECEIPTS_TEMPLATE_DIR=str(tmp_path))
+    assert (code, out) == (0, "Paid $49.00 to Acme Tools, Inc.\n")
+
+
+def test_a_broken_template_is_reported_like_at_start(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = tmp_path / "invoice_paid"
+    folder.mkdir()
+    (folder / "subject.txt").write_text("{{ receipt.number ")
+    code, _, err = preview(
+        [str(EXAMPLES / "invoice_paid.json")], capsys, RECEIPTS_TEMPLATE_DIR=str(tmp_path)
+    )
+    assert code == 2
+    assert "RECEIPTS_TEMPLATE_DIR: invoice_paid/subject.txt line 1" in err
+
+
+def test_events_that_give_no_email_say_why(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Exit 1 with the reason: another event type, a review reason, a file that is not JSON."""
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({**example("invoice_paid"), "type": "invoice.created"}))
+    assert (
+        preview([str(other)], capsys)[2] == "receipts preview: no receipt: event_type_not_handled\n"
+    )
+    review = example("invoice_paid")
+    review["data"]["object"]["customer_email"] = None
+    other.write_text(json.dumps(review))
+    code, _, err = preview([str(other)], capsys)
+    assert (code, err) == (1, "receipts preview: needs review: missing_customer_email\n")
+    other.write_text("{not json")
+    assert preview([str(other)], capsys)[0] == 1
+    assert preview([str(tmp_path / "missing.json")], capsys)[0] == 1
+
+
+def test_an_unknown_locale_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = preview([str(EXAMPLES / "invoice_paid.json"), "--locale", "xx_YY"], capsys)
+    assert code == 2 and "--locale: unknown locale 'xx_YY'" in err
+
+
+class _Stdin:
+    def __init__(self, data: bytes) -> None:
+        import io
+
+        self.buffer = io.BytesIO(data)

@@ -167,7 +167,9 @@ def test_worker_killed_while_the_provider_holds_the_request_is_answered_409_then
     "request with this key in progress" and backs off; a later retry gets the
     first answer replayed. One delivery."""
     [key] = insert_pending(db, 1, prefix="in_1Held")
-    fake_provider.script({"delay": 2.0})
+    # Long enough for the second worker to start, listen and take the row over
+    # while the first request is still held, even on a loaded machine.
+    fake_provider.script({"delay": 6.0})
     first = start_worker(direct_environ)
     wait_for(lambda: fake_provider.stats()["in_flight"] == 1)
     second = start_worker(direct_environ, "--loop", "--poll-seconds", "0.2")

@@ -78,7 +78,7 @@ def fingerprint(facts: dict[str, Any], prefix: str = f"{FINGERPRINT_VERSION}:sha
 
 
 def semantic_facts(invoice_id: str, invoice: dict[str, Any]) -> dict[str, Any]:
-    """What the customer is told (docs/architecture.md, "Payload freezing and fingerprints").
+    """What the customer is told (docs/architecture.md, "The frozen payload and the fingerprint").
 
     Recipients, purpose, invoice, currency, amount paid, total and each line's
     amount; not the hosted-invoice or PDF links, whose tokens Stripe re-mints

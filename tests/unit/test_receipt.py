@@ -77,6 +77,11 @@ def test_zero_value_policy_is_configurable() -> None:
         ({"customer_email": None}, "missing_customer_email"),
         ({"customer_email": "   "}, "missing_customer_email"),
         ({"customer_email": "not-an-address"}, "invalid_customer_email"),
+        ({"customer_email": "a@[b.com"}, "invalid_customer_email"),
+        (
+            {"customer_email": "=?utf-8?q?evil=40evil.example=2C?=@example.com"},
+            "invalid_customer_email",
+        ),
         ({"hosted_invoice_url": None}, "invalid_hosted_invoice_url"),
         ({"hosted_invoice_url": "http://invoice.stripe.com/i/x"}, "invalid_hosted_invoice_url"),
         ({"hosted_invoice_url": "https://evil.example/i/x"}, "invalid_hosted_invoice_url"),

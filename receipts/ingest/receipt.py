@@ -19,12 +19,12 @@ import json
 import re
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
 
 from receipts.addresses import is_email_address
 from receipts.ingest.events import STRIPE_ID as _STRIPE_ID
 from receipts.ingest.events import EventHeader, MalformedEvent
 from receipts.ingest.rendering import EmailContent, InvoiceFacts, Renderer
+from receipts.ingest.untrusted import is_stripe_hosted_url
 from receipts.vocabulary import PURPOSE
 
 MAX_KEY_LENGTH = 256  # Resend's limit for an Idempotency-Key
@@ -137,7 +137,7 @@ def _unsendable_reason(invoice: dict[str, Any], valid_amount: bool) -> str | Non
         return "missing_customer_email"
     if not is_email_address(email.strip()):
         return "invalid_customer_email"
-    if not _is_stripe_url(invoice.get("hosted_invoice_url"), (HOSTED_INVOICE_HOST,)):
+    if not is_stripe_hosted_url(invoice.get("hosted_invoice_url"), (HOSTED_INVOICE_HOST,)):
         return "invalid_hosted_invoice_url"
     if not valid_amount:
         return "invalid_amount_paid"
@@ -145,16 +145,6 @@ def _unsendable_reason(invoice: dict[str, Any], valid_amount: bool) -> str | Non
     if not isinstance(currency, str) or not _CURRENCY.match(currency):
         return "invalid_currency"
     return None
-
-
-def _is_stripe_url(value: object, hosts: tuple[str, ...]) -> bool:
-    if not isinstance(value, str) or len(value) > 2048 or _CONTROL_CHARACTERS.search(value):
-        return False
-    try:
-        parts = urlsplit(value)
-    except ValueError:
-        return False
-    return parts.scheme == "https" and parts.hostname in hosts and parts.port is None
 
 
 def _is_timestamp(value: object) -> bool:
@@ -186,7 +176,7 @@ def _invoice_facts(invoice_id: str, invoice: dict[str, Any], created: int | None
         currency=str(invoice["currency"]),
         paid_at=paid_at,
         hosted_invoice_url=str(invoice["hosted_invoice_url"]),
-        invoice_pdf=pdf if _is_stripe_url(pdf, PDF_HOSTS) else None,
+        invoice_pdf=pdf if is_stripe_hosted_url(pdf, PDF_HOSTS) else None,
     )
 
 

@@ -125,6 +125,11 @@ def test_test_live_and_connect_accounts_are_separate_rows(client: FlaskClient, d
             "invalid_customer_email",
         ),
         ({"hosted_invoice_url": "https://example.com/i/1"}, "invalid_hosted_invoice_url"),
+        (
+            # urlsplit reads the host as invoice.stripe.com; a browser opens evil.example
+            {"hosted_invoice_url": "https://evil.example\\@invoice.stripe.com/i/1"},
+            "invalid_hosted_invoice_url",
+        ),
     ],
 )
 def test_unusable_paid_invoice_becomes_a_review_row(

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from receipts.addresses import mailbox_address
+from receipts.addresses import AddressError, formatted_mailbox
 
 # Resend remembers an idempotency key for 24 hours; a cutoff at or past that
 # could retry a send the provider has forgotten, which is the one duplicate
@@ -171,12 +171,16 @@ class _Reader:
         return value
 
     def address(self, name: str) -> str | None:
+        """One mailbox, as a header writes it; the error says why it is not one."""
         value = self.text(name)
         if value is None:
             return None
-        if mailbox_address(value) is None:
-            raise ConfigError(name, "must be an email address, optionally 'Name <a@b.example>'")
-        return value
+        try:
+            return formatted_mailbox(value)
+        except AddressError as problem:
+            raise ConfigError(
+                name, f"{problem}; expected 'a@b.example' or 'Name <a@b.example>'"
+            ) from None
 
     def http_url(self, name: str, default: str) -> str:
         value = self.text(name) or default

@@ -17,6 +17,7 @@ from receipts.commands import database_settings
 from receipts.db import connect
 from receipts.logs import log_fields
 from receipts.operations.importing import ImportRejected, import_sent, parse_csv
+from receipts.operations.operator_input import InvalidInput
 from receipts.operations.review import Decider, operator_name
 
 log = logging.getLogger("receipts.import")
@@ -31,6 +32,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     _settings, database_url = database_settings(environ)
     try:
+        decider = Decider(
+            performed_by=operator_name(environ, args.by),
+            reason=_reason(args.reason, args.file.name),
+        )
+    except InvalidInput as refused:
+        print(f"receipts import: {refused}", file=sys.stderr)
+        return 1
+    try:
         text = args.file.read_bytes().decode("utf-8-sig")
     except OSError as exc:
         print(f"receipts import: cannot read {args.file}: {exc.strerror}", file=sys.stderr)
@@ -38,10 +47,6 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     except UnicodeDecodeError:
         print(f"receipts import: {args.file} is not UTF-8 text", file=sys.stderr)
         return 1
-    decider = Decider(
-        performed_by=args.by or operator_name(environ),
-        reason=args.reason or f"imported from {args.file.name}",
-    )
     try:
         receipts = parse_csv(text)
         with connect(database_url) as conn, conn.transaction():
@@ -65,3 +70,12 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     )
     print(f"imported {len(report.imported)} sent receipt(s), skipped {len(report.skipped)}")
     return 0
+
+
+def _reason(given: str | None, file_name: str) -> str:
+    """``--reason`` as recorded: default ``imported from FILE``; blank is refused."""
+    if given is None:
+        return f"imported from {file_name}"
+    if not given.strip():
+        raise InvalidInput("--reason must say why (it is blank)")
+    return given.strip()

@@ -19,6 +19,7 @@ from receipts.commands import database_settings
 from receipts.commands.formatting import iso
 from receipts.db import Connection, connect
 from receipts.logs import log_fields
+from receipts.operations.operator_input import ECHO_LIMIT, InvalidInput, parse_sent_at, shown
 from receipts.operations.resending import resend
 from receipts.operations.review import (
     Decider,
@@ -44,7 +45,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     found = _decision(actions, "resolve", "it was sent: record the provider's id, mark sent")
     found.add_argument("--provider-id", required=True, help="the email's id in the provider's logs")
     found.add_argument(
-        "--sent-at", type=_timestamp, help="when it was sent, ISO 8601 with offset (default now)"
+        "--sent-at",
+        help="when it was sent, ISO 8601 with offset, 2000-01-01 to now (default now)",
     )
     again = _decision(actions, "retry", "send it again under the same key, fresh retry window")
     again.add_argument(
@@ -68,16 +70,6 @@ def _decision(
     return parser
 
 
-def _timestamp(text: str) -> datetime:
-    try:
-        value = datetime.fromisoformat(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an ISO 8601 time: {text!r}") from None
-    if value.tzinfo is None:
-        raise argparse.ArgumentTypeError(f"{text!r} has no UTC offset (add Z or +00:00)")
-    return value
-
-
 def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     settings, database_url = database_settings(environ)
     if args.action == "list":
@@ -85,14 +77,16 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
             rows = list_review(conn, reason=args.reason, include_dismissed=args.all)
         _print_list(rows, as_json=args.json)
         return 0
-    problem = _check_decision_arguments(args)
-    if problem:
+    try:
+        _check_decision_arguments(args)
+        decider = Decider(performed_by=operator_name(environ, args.by), reason=args.reason.strip())
+        sent_at = _sent_at(args)
+    except InvalidInput as problem:
         print(f"receipts review {args.action}: {problem}", file=sys.stderr)
         return 1
-    decider = Decider(performed_by=args.by or operator_name(environ), reason=args.reason.strip())
     try:
         with connect(database_url) as conn, conn.transaction():
-            message = _decide(conn, args, decider, settings.retry_cutoff_hours)
+            message = _decide(conn, args, decider, settings.retry_cutoff_hours, sent_at)
     except Refused as refused:
         print(f"receipts review {args.action}: refused: {refused}", file=sys.stderr)
         print("nothing was changed", file=sys.stderr)
@@ -102,25 +96,37 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     return 0
 
 
-def _check_decision_arguments(args: argparse.Namespace) -> str | None:
+def _check_decision_arguments(args: argparse.Namespace) -> None:
+    """InvalidInput naming the first argument that cannot be used."""
     if not args.reason.strip():
-        return "--reason must say why"
+        raise InvalidInput("--reason must say why")
     if not names_message_key(args.key):
-        return (
-            f"{args.key!r} is not a message key (like platform/live/in_…/invoice-paid); "
-            f"`receipts show {args.key}` lists the keys of an invoice"
+        short = len(args.key) <= ECHO_LIMIT and args.key.isprintable()
+        raise InvalidInput(
+            f"{shown(args.key)} is not a message key (like platform/live/in_…/invoice-paid); "
+            f"`receipts show {args.key if short else 'INVOICE_ID'}` lists the keys of an invoice"
         )
     if args.action == "resolve" and not args.provider_id.strip():
-        return "--provider-id must not be empty"
-    return None
+        raise InvalidInput("--provider-id must not be empty")
+
+
+def _sent_at(args: argparse.Namespace) -> datetime | None:
+    """``resolve --sent-at``, between 2000-01-01 and now; None means now."""
+    if args.action != "resolve" or args.sent_at is None:
+        return None
+    return parse_sent_at(args.sent_at, label="--sent-at")
 
 
 def _decide(
-    conn: Connection, args: argparse.Namespace, decider: Decider, retry_cutoff_hours: float
+    conn: Connection,
+    args: argparse.Namespace,
+    decider: Decider,
+    retry_cutoff_hours: float,
+    sent_at: datetime | None,
 ) -> str:
     key = args.key
     if args.action == "resolve":
-        resolve(conn, key, decider, provider_id=args.provider_id.strip(), sent_at=args.sent_at)
+        resolve(conn, key, decider, provider_id=args.provider_id.strip(), sent_at=sent_at)
         return f"{key}: marked sent (provider id {args.provider_id.strip()})"
     if args.action == "retry":
         window = retry(

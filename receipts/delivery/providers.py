@@ -37,6 +37,8 @@ from typing import Any, Literal, Protocol
 import requests
 from requests.adapters import HTTPAdapter
 
+from receipts.addresses import parse_mailbox
+
 AnswerKind = Literal["accepted", "retry", "rejected", "unauthorized"]
 
 # 409 answers Resend gives for a reused Idempotency-Key.
@@ -241,16 +243,25 @@ PAYLOAD_DIGEST_HEADER = "X-Receipts-Payload-SHA256"
 
 
 def build_email(message_key: str, payload: bytes, message_id: str, digest: str) -> EmailMessage:
-    """The stored Resend payload as an RFC 5322 message; ValueError if unusable."""
+    """The stored Resend payload as an RFC 5322 message; ValueError if unusable.
+
+    Addresses are parsed by ``receipts.addresses`` and written as header
+    objects, never joined as text: one stored recipient is one written
+    recipient, or the message is refused (AddressError is a ValueError).
+    """
     document = _json_object(payload)
     recipients = document.get("to")
-    if not isinstance(recipients, list) or not all(isinstance(to, str) for to in recipients):
+    if (
+        not isinstance(recipients, list)
+        or not recipients
+        or not all(isinstance(to, str) for to in recipients)
+    ):
         raise ValueError("payload has no 'to' list")
     message = EmailMessage()
-    message["From"] = str(document.get("from", ""))
-    message["To"] = ", ".join(recipients)
+    message["From"] = parse_mailbox(str(document.get("from", "")))
+    message["To"] = tuple(parse_mailbox(to) for to in recipients)
     if document.get("reply_to"):
-        message["Reply-To"] = str(document["reply_to"])
+        message["Reply-To"] = parse_mailbox(str(document["reply_to"]))
     message["Subject"] = str(document.get("subject", ""))
     message["Date"] = email.utils.formatdate(localtime=False)
     message["Message-ID"] = f"<{message_id}@receipts.local>"

@@ -20,7 +20,7 @@ from receipts.dev.embedded import default_data_dir
 DEFAULT_STATE_DIR = Path(".receipts")
 SECRET_FILE = "stripe-webhook-secret"
 DATABASE_ID_FILE = "database-id"
-DEV_EMAIL_FROM = "Receipts (dev) <receipts-dev@example.com>"
+DEV_EMAIL_FROM = '"Receipts (dev)" <receipts-dev@example.com>'
 DEV_WEBHOOK_URL = "http://127.0.0.1:8000/webhooks/stripe"
 
 

@@ -21,7 +21,6 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from receipts.addresses import is_email_address
-from receipts.ingest.display import one_line
 from receipts.ingest.invoice_totals import Discount, Tax, read_discounts, read_taxes
 from receipts.ingest.invoice_values import (
     INVALID_AMOUNT_PAID,
@@ -32,12 +31,12 @@ from receipts.ingest.invoice_values import (
     UnusableInvoice,
     dicts,
     is_count,
-    is_stripe_url,
     is_timestamp,
     optional_amount,
     required_amount,
 )
 from receipts.ingest.money import is_amount
+from receipts.ingest.untrusted import is_stripe_hosted_url, one_line
 
 # Stripe's hosted invoice page; invoices from 2019-2020 link to pay.stripe.com.
 HOSTED_INVOICE_HOSTS = ("invoice.stripe.com", "pay.stripe.com")
@@ -102,7 +101,7 @@ def read_invoice(
     once and fails on a redelivery cannot make a conflict.)
     """
     to = _recipient(invoice)
-    if not is_stripe_url(invoice.get("hosted_invoice_url"), HOSTED_INVOICE_HOSTS):
+    if not is_stripe_hosted_url(invoice.get("hosted_invoice_url"), HOSTED_INVOICE_HOSTS):
         raise UnusableInvoice(INVALID_HOSTED_INVOICE_URL)
     amount_paid = invoice.get("amount_paid")
     if not isinstance(amount_paid, int) or not is_amount(amount_paid) or amount_paid < 0:
@@ -139,7 +138,7 @@ def read_invoice(
         amount_paid=amount_paid,
         paid_at=_paid_at(invoice, created),
         hosted_invoice_url=str(invoice["hosted_invoice_url"]),
-        invoice_pdf=pdf if is_stripe_url(pdf, PDF_HOSTS) else None,
+        invoice_pdf=pdf if is_stripe_hosted_url(pdf, PDF_HOSTS) else None,
     )
 
 

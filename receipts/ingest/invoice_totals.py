@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from receipts.ingest.display import one_line
 from receipts.ingest.invoice_values import (
     dicts,
     object_id,
@@ -30,6 +29,7 @@ from receipts.ingest.invoice_values import (
     percentage,
     required_amount,
 )
+from receipts.ingest.untrusted import one_line
 
 
 @dataclass(frozen=True, kw_only=True)

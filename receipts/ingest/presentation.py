@@ -21,10 +21,10 @@ from babel.dates import format_date, format_interval, format_time, get_datetime_
 from babel.numbers import NumberPattern, format_decimal
 
 from receipts.ingest.api_facts import PaymentMethod
-from receipts.ingest.display import one_line
 from receipts.ingest.invoice_facts import LineItem, ReceiptFacts
 from receipts.ingest.invoice_totals import Discount, Tax
 from receipts.ingest.money import format_amount
+from receipts.ingest.untrusted import one_line
 
 TIMES = "\u00d7"
 Gettext = Callable[[str], str]

@@ -19,13 +19,16 @@ from __future__ import annotations
 import csv
 import io
 import re
+from _csv import Reader
+from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 from receipts import queries
 from receipts.db import Connection
 from receipts.ingest.events import MalformedEvent
 from receipts.ingest.receipt import message_key
+from receipts.operations.operator_input import parse_sent_at, shown
 from receipts.operations.review import Decider
 from receipts.vocabulary import IMPORTED_FINGERPRINT_PREFIX, PURPOSE, RowStatus
 
@@ -37,7 +40,6 @@ IMPORTED_SOURCE_EVENT = "import"
 _INVOICE_ID = re.compile(r"^in_[A-Za-z0-9_]{1,200}$")
 _ACCOUNT = re.compile(r"^(platform|acct_[A-Za-z0-9_]{1,200})$")
 _PROVIDER_ID = re.compile(r"^[\x21-\x7e]{1,200}$")
-_CLOCK_SKEW = timedelta(minutes=5)
 
 
 class ImportRejected(Exception):
@@ -75,8 +77,7 @@ def parse_csv(text: str, *, now: datetime | None = None) -> list[SentReceipt]:
     receipts: list[SentReceipt] = []
     problems: list[str] = []
     first_line_of_key: dict[str, int] = {}
-    for fields in reader:
-        line = reader.line_num
+    for line, fields in _lines(reader, problems):
         if not any(field.strip() for field in fields):
             continue
         try:
@@ -94,17 +95,37 @@ def parse_csv(text: str, *, now: datetime | None = None) -> list[SentReceipt]:
     return receipts
 
 
+def _lines(reader: Reader, problems: list[str]) -> Iterator[tuple[int, list[str]]]:
+    """(line number, fields) of each record; a line the reader cannot split ends the
+    file with one problem (the rest cannot be split reliably after it)."""
+    while True:
+        try:
+            fields = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            problems.append(f"line {reader.line_num}: {_csv_problem(exc)}")
+            return
+        yield reader.line_num, fields
+
+
+def _csv_problem(exc: csv.Error) -> str:
+    if "field limit" in str(exc):
+        return f"a field is longer than {csv.field_size_limit()} characters"
+    return f"not readable as CSV ({exc})"
+
+
 def _parse_line(line: int, fields: list[str], now: datetime) -> SentReceipt:
     if len(fields) != len(COLUMNS):
         raise ValueError(f"expected {len(COLUMNS)} fields, got {len(fields)}")
     invoice_id, account, mode, sent_at_text, provider_id = (field.strip() for field in fields)
     if not _INVOICE_ID.match(invoice_id):
-        raise ValueError(f"invoice_id {invoice_id!r} is not a Stripe invoice id (in_…)")
+        raise ValueError(f"invoice_id {shown(invoice_id)} is not a Stripe invoice id (in_…)")
     if not _ACCOUNT.match(account):
-        raise ValueError(f"account {account!r} must be 'platform' or a Connect id (acct_…)")
+        raise ValueError(f"account {shown(account)} must be 'platform' or a Connect id (acct_…)")
     if mode not in ("live", "test"):
-        raise ValueError(f"mode {mode!r} must be live or test")
-    sent_at = _sent_at(sent_at_text, now)
+        raise ValueError(f"mode {shown(mode)} must be live or test")
+    sent_at = parse_sent_at(sent_at_text, label="sent_at", now=now)
     if provider_id and not _PROVIDER_ID.match(provider_id):
         raise ValueError("provider_id must be printable ASCII without spaces, 200 at most")
     try:
@@ -120,18 +141,6 @@ def _parse_line(line: int, fields: list[str], now: datetime) -> SentReceipt:
         sent_at=sent_at,
         provider_id=provider_id or None,
     )
-
-
-def _sent_at(text: str, now: datetime) -> datetime:
-    try:
-        value = datetime.fromisoformat(text)
-    except ValueError:
-        raise ValueError(f"sent_at {text!r} is not an ISO 8601 time") from None
-    if value.tzinfo is None:
-        raise ValueError(f"sent_at {text!r} has no UTC offset (add Z or +00:00)")
-    if value > now + _CLOCK_SKEW:
-        raise ValueError(f"sent_at {text!r} is in the future")
-    return value
 
 
 def import_sent(

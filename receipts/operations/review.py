@@ -27,20 +27,27 @@ from receipts import queries
 from receipts.config import PROVIDER_KEY_RETENTION_HOURS
 from receipts.db import Connection
 from receipts.ingest.receipt import resend_tag_value
+from receipts.operations.operator_input import InvalidInput, operator
 from receipts.operations.timeline import may_have_been_accepted
 from receipts.vocabulary import NOTIFY_CHANNEL, ReviewReason, RowStatus
 
 _REVIEW = queries.load("review")
 
 
-def operator_name(environ: Mapping[str, str]) -> str:
-    """Who is deciding when ``--by`` is not given: RECEIPTS_OPERATOR, else the OS user."""
+def operator_name(environ: Mapping[str, str], by: str | None = None) -> str:
+    """Who is deciding: ``--by`` if given, else RECEIPTS_OPERATOR, else the OS user.
+
+    InvalidInput when ``--by`` or RECEIPTS_OPERATOR is given but is not a name on
+    one line; a blank variable counts as unset.
+    """
+    if by is not None:
+        return operator(by, source="--by")
     for name in ("RECEIPTS_OPERATOR", "USER", "LOGNAME"):
-        if environ.get(name):
-            return environ[name]
+        if environ.get(name, "").strip():
+            return operator(environ[name], source=name)
     try:
-        return getpass.getuser()
-    except (KeyError, OSError):
+        return operator(getpass.getuser(), source="the OS user name")
+    except (KeyError, OSError, InvalidInput):
         return "unknown"
 
 

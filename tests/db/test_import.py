@@ -160,3 +160,70 @@ def test_unreadable_file(environ: dict[str, str], tmp_path: Path, capsys: Any) -
     binary.write_bytes(b"\xff\xfe\x00bad")
     assert main(["import", str(binary)], environ) == 1
     assert "is not UTF-8 text" in capsys.readouterr().err
+
+
+def test_an_oversized_field_is_a_one_line_problem_and_nothing_is_imported(
+    environ: dict[str, str], db: Db, tmp_path: Path, capsys: Any
+) -> None:
+    """A field over the CSV reader's 131,072 characters ends in a one-line problem naming
+    its line (not a traceback); a long field under it is echoed shortened."""
+    path = write(
+        tmp_path,
+        HEADER
+        + "in_1Good,platform,live,2026-10-01T12:00:00Z,re_1\n"
+        + "in_1" + "x" * 100_000 + ",platform,live,2026-10-01T12:00:00Z,re_2\n"
+        + "in_1Big,platform,live,2026-10-01T12:00:00Z,re_" + "y" * 140_000 + "\n",
+    )  # fmt: skip
+    assert main(["import", path], environ) == 1
+    err = capsys.readouterr().err
+    assert "line 3: invoice_id 'in_1xxx" in err and "is not a Stripe invoice id" in err
+    assert "line 4: a field is longer than 131072 characters" in err
+    assert "nothing imported (2 problem(s))" in err
+    assert all(len(line) < 300 for line in err.splitlines())
+    assert outbox_count(db) == 0
+
+
+@pytest.mark.parametrize(
+    ("sent_at", "problem"),
+    [
+        ("0001-01-01T00:00:00+14:00", "is before 2000-01-01"),
+        ("1999-12-31T23:59:59Z", "is before 2000-01-01"),
+        ("2000-01-01T05:00:00+06:00", "is before 2000-01-01"),
+        ("9999-12-31T23:59:59-14:00", "is in the future"),
+    ],
+)
+def test_sent_at_must_lie_between_2000_and_now(
+    environ: dict[str, str], db: Db, tmp_path: Path, capsys: Any, sent_at: str, problem: str
+) -> None:
+    """An import cannot record a receipt sent before 2000 (a year-1 time would be stored
+    as a BC date no reader can load) or later than now plus the clock skew allowed."""
+    path = write(tmp_path, HEADER + f"in_1When,platform,live,{sent_at},re_1\n")
+    assert main(["import", path], environ) == 1
+    err = capsys.readouterr().err
+    assert f"line 2: sent_at '{sent_at}' {problem}" in err
+    assert outbox_count(db) == 0
+    first = write(tmp_path, HEADER + "in_1When,platform,live,2000-01-01T00:00:00Z,re_1\n")
+    assert main(["import", first], environ) == 0
+
+
+@pytest.mark.parametrize("by", [" ", "", "erin\nroot", "x" * 201])
+def test_the_operator_is_one_line_and_not_blank(
+    environ: dict[str, str], db: Db, tmp_path: Path, capsys: Any, by: str
+) -> None:
+    """`--by` must name someone: blank, multi-line or overlong names are refused with
+    one line, and nothing is imported."""
+    path = write(tmp_path, HEADER + "in_1By,platform,live,2026-10-01T12:00:00Z,re_1\n")
+    assert main(["import", path, "--by", by], environ) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("receipts import: --by ") and len(err.splitlines()) == 1
+    assert outbox_count(db) == 0
+
+
+def test_a_blank_operator_variable_falls_back_to_the_os_user(
+    environ: dict[str, str], db: Db, tmp_path: Path
+) -> None:
+    """RECEIPTS_OPERATOR set to spaces is not a name: the OS user is recorded instead."""
+    path = write(tmp_path, HEADER + "in_1Env,platform,live,2026-10-01T12:00:00Z,re_1\n")
+    assert main(["import", path], {**environ, "RECEIPTS_OPERATOR": "  ", "USER": "dana"}) == 0
+    [action] = actions(db, "platform/live/in_1Env/invoice-paid")
+    assert action["performed_by"] == "dana"

@@ -491,3 +491,54 @@ def test_a_rejected_address_is_resent_to_the_right_one_and_delivered(
     assert "dismiss by carol: resent as resend-1" in out
     assert f'resend by carol: typo {{"new_key": "{copy_key}"' in out
     assert "delivery      delivered" in out
+
+
+@pytest.mark.parametrize(
+    ("sent_at", "problem"),
+    [
+        ("2099-01-01T00:00:00Z", "is in the future"),
+        ("0001-01-01T00:00:00+14:00", "is before 2000-01-01"),
+        ("1999-12-31T23:59:59Z", "is before 2000-01-01"),
+        ("yesterday", "is not an ISO 8601 time"),
+        ("2026-10-01T12:00:00", "has no UTC offset (add Z or +00:00)"),
+    ],
+)
+def test_resolve_refuses_a_sent_time_outside_2000_to_now(
+    operator_env: dict[str, str], db: Db, capsys: Any, sent_at: str, problem: str
+) -> None:
+    """`--sent-at` must be a time with an offset between 2000-01-01 and now (plus the
+    clock skew allowed): one line, exit 1, the row and the action log unchanged."""
+    key = insert_row(db, "in_1When", status="review", review_reason="retry_window_elapsed")
+    before = row(db, key)
+    code = review(
+        operator_env, "resolve", key, "--provider-id", "re_1",
+        "--sent-at", sent_at, "--reason", "found it",
+    )  # fmt: skip
+    assert code == 1
+    err = capsys.readouterr().err
+    assert err == f"receipts review resolve: --sent-at '{sent_at}' {problem}\n"
+    assert unchanged(db, key, before)
+
+
+@pytest.mark.parametrize("by", [" ", "", "carol\nroot", "carol\x1b[2J", "x" * 201])
+def test_a_decision_needs_an_operator_name_on_one_line(
+    operator_env: dict[str, str], db: Db, capsys: Any, by: str
+) -> None:
+    """`--by` blank, multi-line, with control characters or overlong: refused with one
+    line, exit 1, nothing changed (a blank name would hide who decided)."""
+    key = insert_row(db, "in_1By", status="review", review_reason="retry_window_elapsed")
+    before = row(db, key)
+    assert review(operator_env, "dismiss", key, "--reason", "dup", "--by", by) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("receipts review dismiss: --by ") and len(err.splitlines()) == 1
+    assert unchanged(db, key, before)
+
+
+def test_a_named_operator_is_recorded_without_surrounding_spaces(
+    operator_env: dict[str, str], db: Db
+) -> None:
+    """`--by '  erin '` records 'erin'."""
+    key = insert_row(db, "in_1Trim", status="review", review_reason="retry_window_elapsed")
+    assert review(operator_env, "dismiss", key, "--reason", "dup", "--by", "  erin ") == 0
+    [action] = actions(db, key)
+    assert action["performed_by"] == "erin"

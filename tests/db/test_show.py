@@ -6,6 +6,7 @@ import json
 import logging
 from collections.abc import Iterator
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -182,3 +183,19 @@ def test_a_send_the_worker_never_recorded_is_shown_from_its_delivery_event(
     resolve = ["review", "resolve", key, "--provider-id", "re_unrecorded", "--reason", "tag"]
     assert main(resolve, {**environ, "USER": "op"}) == 0
     assert db.execute("SELECT status FROM email_outbox").fetchone() == {"status": "sent"}
+
+
+def test_an_import_cannot_store_a_time_show_could_not_read(
+    environ: dict[str, str], db: Db, tmp_path: Path, capsys: Any
+) -> None:
+    """A year-1 sent_at with a +14:00 offset would be stored as a BC date that makes
+    `receipts show` fail: the import refuses it, and show answers normally."""
+    csv_file = tmp_path / "old.csv"
+    csv_file.write_text(
+        "invoice_id,account,mode,sent_at,provider_id\n"
+        "in_1Ancient,platform,live,0001-01-01T00:00:00+14:00,re_1\n"
+    )
+    assert main(["import", str(csv_file)], environ) == 1
+    assert "is before 2000-01-01" in capsys.readouterr().err
+    assert main(["show", "in_1Ancient"], environ) == 1
+    assert "no receipt found for invoice id 'in_1Ancient'" in capsys.readouterr().err

@@ -119,12 +119,23 @@ def test_test_live_and_connect_accounts_are_separate_rows(client: FlaskClient, d
     ("overrides", "reason"),
     [
         ({"customer_email": None}, "missing_customer_email"),
+        ({"customer_email": "a@[b.com"}, "invalid_customer_email"),
+        (
+            {"customer_email": "=?utf-8?q?evil=40evil.example=2C?=@example.com"},
+            "invalid_customer_email",
+        ),
         ({"hosted_invoice_url": "https://example.com/i/1"}, "invalid_hosted_invoice_url"),
+        (
+            # urlsplit reads the host as invoice.stripe.com; a browser opens evil.example
+            {"hosted_invoice_url": "https://evil.example\\@invoice.stripe.com/i/1"},
+            "invalid_hosted_invoice_url",
+        ),
     ],
 )
 def test_unusable_paid_invoice_becomes_a_review_row(
     client: FlaskClient, db: Any, overrides: dict[str, Any], reason: str
 ) -> None:
+    """A paid invoice whose email or link cannot be used is a review row, answered 200."""
     response = post(client, stripe_events.event(stripe_events.invoice(**overrides)))
     assert response.status_code == 200 and response.json["outcome"] == "review"
     [row] = outbox(db)

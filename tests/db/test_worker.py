@@ -547,3 +547,28 @@ def test_the_file_sink_worker_writes_one_eml_per_receipt(
     db.execute("UPDATE email_outbox SET status = 'pending', available_at = now()")
     assert work(settings).sent == 3  # the same keys again: the sink writes nothing new
     assert len(list(tmp_path.glob("*.eml"))) == 3
+
+
+@pytest.mark.parametrize(
+    "recipient", ["a@[b.com", "=?utf-8?q?evil=40evil.example=2C?=@example.com"]
+)
+def test_the_file_sink_sends_a_recipient_it_cannot_write_to_review(
+    db: DB, database_url: str, tmp_path: Path, recipient: str
+) -> None:
+    """A stored recipient the .eml sink cannot write as one address is a problem of
+    that message: the row goes to review, it is not left in processing, no file is
+    written, and the other rows are still sent."""
+    bad, good = insert_pending(db, 2)
+    db.execute(
+        "UPDATE email_outbox SET payload = jsonb_set(payload, '{to}', jsonb_build_array(%s::text))"
+        " WHERE message_key = %s",
+        (recipient, bad),
+    )
+    settings = load_settings({"DATABASE_URL": database_url, "RECEIPTS_MAIL_DIR": str(tmp_path)})
+    work(settings)
+    assert (outbox_row(db, bad)["status"], outbox_row(db, bad)["review_reason"]) == (
+        "review",
+        "validation_error",
+    )
+    assert outbox_row(db, good)["status"] == "sent"
+    assert len(list(tmp_path.glob("*.eml"))) == 1

@@ -82,3 +82,40 @@ def test_gunicorn_refuses_to_start_with_a_bad_setting() -> None:
     assert result.returncode != 0
     assert "Worker failed to boot." in result.stderr
     assert "receipts: configuration error: EMAIL_FROM: is required but not set" in result.stderr
+
+
+@pytest.mark.parametrize("variable", ["EMAIL_FROM", "RECEIPTS_REPLY_TO"])
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        ("Billing <billing@example.com>\r\nBcc: everyone@example.com", "one line"),
+        ("Billing <billing@example.com>\nBcc: everyone@example.com", "one line"),
+        ("Acme, Inc <billing@example.com>", "quote a display name that has a comma"),
+        ("billing@example.com, other@example.com", "exactly one address"),
+        ("Billing <=?utf-8?q?evil=40evil.example=2C?=@example.com>", "not an email address"),
+        ("Billing <billing@[example.com>", "not an email address"),
+    ],
+)
+def test_a_sender_address_is_one_mailbox_on_one_line(
+    variable: str, value: str, problem: str
+) -> None:
+    """A line break, an unquoted comma or a second address in EMAIL_FROM or
+    RECEIPTS_REPLY_TO is refused with one line naming the variable."""
+    with pytest.raises(ConfigError) as raised:
+        load_settings({**VALID, variable: value})
+    message = str(raised.value)
+    assert message.startswith(f"{variable}: ") and problem in message
+    assert "\n" not in message and "\r" not in message
+
+
+def test_a_sender_display_name_is_kept_and_quoted_as_a_header_needs() -> None:
+    """A quoted name with a comma is accepted; a name with a period is written quoted."""
+    settings = load_settings(
+        {
+            **VALID,
+            "EMAIL_FROM": '"Acme, Inc" <billing@example.com>',
+            "RECEIPTS_REPLY_TO": "Acme Inc. Support <help@example.com>",
+        }
+    )
+    assert settings.email_from == '"Acme, Inc" <billing@example.com>'
+    assert settings.reply_to == '"Acme Inc. Support" <help@example.com>'

@@ -222,3 +222,61 @@ def test_file_sink_racing_threads_write_one_file(tmp_path: Path) -> None:
     assert len(list(tmp_path.glob("*.eml"))) == 1
     assert not list(tmp_path.glob(".tmp-*"))
     assert {answer.provider_id for answer in answers} == {answers[0].provider_id}
+
+
+def test_file_sink_never_turns_one_encoded_recipient_into_two(tmp_path: Path) -> None:
+    """An RFC 2047 encoded word in the local part is decoded by header parsers into
+    'evil@evil.example,': the sink refuses the message instead of writing a To
+    header that names another recipient."""
+    sink = FileSinkProvider(tmp_path)
+    answer = sink.send(KEY, payload(to=["=?utf-8?q?evil=40evil.example=2C?=@example.com"]))
+    assert (answer.kind, answer.error) == ("rejected", "validation_error")
+    assert not any(b"evil.example" in path.read_bytes() for path in tmp_path.glob("*.eml"))
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"to": ["a@[b.com"]},
+        {"to": ["jenny.rosen@example.com", "a@[b.com"]},
+        {"from": "Billing <a@[b.com>"},
+        {"reply_to": "a@[b.com"},
+        {"from": "Billing <billing@example.com>\r\nBcc: everyone@example.com"},
+        {"to": "jenny.rosen@example.com"},
+        {"to": []},
+        {"subject": "Receipt\r\nBcc: everyone@example.com"},
+    ],
+)
+def test_file_sink_rejects_a_message_it_cannot_write_instead_of_raising(
+    tmp_path: Path, overrides: dict[str, object]
+) -> None:
+    """An address the sink cannot write is a problem of this message (review), never
+    an exception that leaves the row in processing; nothing is written."""
+    answer = FileSinkProvider(tmp_path).send(KEY, payload(**overrides))
+    assert (answer.kind, answer.error) == ("rejected", "validation_error")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_file_sink_writes_addresses_as_parsed(tmp_path: Path) -> None:
+    """From, To and Reply-To are written from parsed addresses, display names quoted."""
+    sink = FileSinkProvider(tmp_path)
+    answer = sink.send(
+        KEY,
+        payload(
+            **{
+                "from": '"Acme, Inc" <billing@example.com>',
+                "to": ["jenny.rosen@example.com", "sam@example.org"],
+                "reply_to": "help@example.com",
+            }
+        ),
+    )
+    [written] = tmp_path.glob("*.eml")
+    message = email.message_from_bytes(written.read_bytes(), policy=email.policy.default)
+    assert answer.kind == "accepted"
+    assert [a.addr_spec for a in message["To"].addresses] == [
+        "jenny.rosen@example.com",
+        "sam@example.org",
+    ]
+    [sender] = message["From"].addresses
+    assert (sender.display_name, sender.addr_spec) == ("Acme, Inc", "billing@example.com")
+    assert [a.addr_spec for a in message["Reply-To"].addresses] == ["help@example.com"]

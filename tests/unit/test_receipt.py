@@ -77,11 +77,24 @@ def test_zero_value_policy_is_configurable() -> None:
         ({"customer_email": None}, "missing_customer_email"),
         ({"customer_email": "   "}, "missing_customer_email"),
         ({"customer_email": "not-an-address"}, "invalid_customer_email"),
+        ({"customer_email": "a@[b.com"}, "invalid_customer_email"),
+        (
+            {"customer_email": "=?utf-8?q?evil=40evil.example=2C?=@example.com"},
+            "invalid_customer_email",
+        ),
         ({"hosted_invoice_url": None}, "invalid_hosted_invoice_url"),
         ({"hosted_invoice_url": "http://invoice.stripe.com/i/x"}, "invalid_hosted_invoice_url"),
         ({"hosted_invoice_url": "https://evil.example/i/x"}, "invalid_hosted_invoice_url"),
         (
             {"hosted_invoice_url": "https://invoice.stripe.com.evil.example/x"},
+            "invalid_hosted_invoice_url",
+        ),
+        (
+            {"hosted_invoice_url": "https://evil.example\\@invoice.stripe.com/i/x"},
+            "invalid_hosted_invoice_url",
+        ),
+        (
+            {"hosted_invoice_url": "https://invoice.stripe.com/i/x\nURGENT: https://evil.example"},
             "invalid_hosted_invoice_url",
         ),
         ({"amount_paid": "1999"}, "invalid_amount_paid"),
@@ -182,3 +195,17 @@ def test_html_escapes_invoice_fields() -> None:
 
 def test_tag_value_keeps_only_characters_resend_allows() -> None:
     assert resend_tag_value("acct_1X/live/in_1Y/invoice-paid") == "acct_1X_live_in_1Y_invoice-paid"
+
+
+@pytest.mark.parametrize(
+    "pdf",
+    [
+        "https://evil.example\\@pay.stripe.com/invoice/x/pdf",
+        "https://pay.stripe.com/invoice/x/pdf\nURGENT: https://evil.example/refund",
+    ],
+)
+def test_a_pdf_link_a_browser_reads_as_another_host_is_left_out(pdf: str) -> None:
+    """The receipt is sent without the PDF link rather than with one to another host."""
+    job = derive(stripe_events.event(stripe_events.invoice(invoice_pdf=pdf)))
+    assert isinstance(job, ReceiptJob)
+    assert "evil.example" not in job.payload["text"] + job.payload["html"]

@@ -20,7 +20,6 @@ INVALID_CURRENCY = "invalid_currency"
 INVALID_AMOUNTS = "invalid_invoice_amounts"
 
 
-
 class UnusableInvoice(ValueError):
     """The invoice cannot become an email; ``reason`` is the review reason."""
 

@@ -22,9 +22,17 @@ from receipts.config import Settings, load_settings
 from receipts.dev.embedded import EmbeddedUnavailable, default_data_dir, start_server, with_database
 from receipts.migrations import migrate
 from receipts.web import create_app
+from tests.helpers import root_logger_restored
 from tests.stripe_events import TEST_SECRET
 
 _database_numbers = itertools.count(1)
+
+
+@pytest.fixture(autouse=True)
+def _restore_root_logger() -> Iterator[None]:
+    """Commands configure the root logger; every test gives it back as it found it."""
+    with root_logger_restored():
+        yield
 
 
 @pytest.fixture(scope="session")

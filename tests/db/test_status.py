@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import json
-import logging
 import os
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -22,15 +20,6 @@ from tests.outbox_states import (
     insert_conflict_event,
     insert_row,
 )
-
-
-@pytest.fixture(autouse=True)
-def _restore_logging() -> Iterator[None]:
-    """The commands configure the root logger; give it back as it was."""
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    yield
-    root.handlers[:], root.level = handlers, level
 
 
 def status_json(environ: dict[str, str], capsys: Any, *extra: str) -> tuple[int, dict[str, Any]]:

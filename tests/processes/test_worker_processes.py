@@ -22,6 +22,7 @@ from tests.fake_provider import FakeProviderClient
 from tests.helpers import wait_for
 from tests.outbox_states import insert_pending
 from tests.outbox_states import row as outbox_row
+from tests.real_processes import finish, start_worker
 
 Row = dict[str, Any]
 DB = psycopg.Connection[Row]
@@ -61,22 +62,6 @@ def worker_env(database_url: str, fake: FakeProviderClient, **extra: str) -> dic
     }
     env.update(extra)
     return env
-
-
-def start_worker(env: dict[str, str], *args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [*RECEIPTS, "worker", *args],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
-def finish(process: subprocess.Popen[str], timeout: float = 60) -> tuple[int, str, str]:
-    out, err = process.communicate(timeout=timeout)
-    return process.returncode, out, err
 
 
 def test_two_workers_racing_over_1000_rows_request_and_deliver_each_key_once(

@@ -28,13 +28,8 @@ import pytest
 from tests.fake_provider import FakeProviderClient
 from tests.helpers import wait_for
 from tests.outbox_states import insert_pending
-from tests.processes.faults.conftest import (
-    finish,
-    start_worker,
-    through_proxy,
-    worker_environ,
-)
-from tests.tcp_proxy import TcpProxy, Verdict
+from tests.real_processes import finish, start_worker, worker_environ
+from tests.tcp_proxy import TcpProxy, Verdict, through_proxy
 
 Row = dict[str, Any]
 Db = psycopg.Connection[Row]

@@ -7,6 +7,7 @@ test gives it (short timeouts and backoff, so retries happen within a test).
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -141,3 +142,31 @@ def start_worker(environ: Mapping[str, str], *args: str) -> subprocess.Popen[str
 def finish(process: subprocess.Popen[str], timeout: float = 60) -> tuple[int, str, str]:
     out, err = process.communicate(timeout=timeout)
     return process.returncode, out, err
+
+
+# `python -m receipts.cli ARGS`, with an exit hook that writes down every module
+# the process imported. argv: [-c, MODULES_FILE, ARGS...]
+_RUN_AND_RECORD_MODULES = """
+import atexit, json, runpy, sys
+modules_file = sys.argv.pop(1)
+atexit.register(lambda: open(modules_file, "w").write(json.dumps(sorted(sys.modules))))
+sys.argv[0] = "receipts"
+runpy.run_module("receipts.cli", run_name="__main__", alter_sys=True)
+"""
+
+
+def run_receipts_recording_modules(
+    args: list[str], environ: Mapping[str, str], modules_file: Path
+) -> tuple[subprocess.CompletedProcess[str], list[str]]:
+    """Run ``receipts ARGS`` in a process of its own; its result and the sorted
+    names of every module it imported, recorded as it exited."""
+    result = subprocess.run(
+        [sys.executable, "-c", _RUN_AND_RECORD_MODULES, str(modules_file), *args],
+        cwd=REPO,
+        env=dict(environ),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    modules: list[str] = json.loads(modules_file.read_text())
+    return result, modules

@@ -166,13 +166,6 @@ def test_bad_duration_is_a_usage_error(environ: dict[str, str], capsys: Any) -> 
     assert "not a duration" in capsys.readouterr().err
 
 
-def test_database_down_exits_3(capsys: Any) -> None:
-    """An unreachable database is its own exit code, with one line on stderr."""
-    environ = {"DATABASE_URL": "postgresql://postgres@127.0.0.1:1/none"}
-    assert main(["status"], environ) == 3
-    assert "database unavailable" in capsys.readouterr().err
-
-
 def test_bounced_and_spam_marked_receipts_are_listed(
     environ: dict[str, str], db: Db, capsys: Any
 ) -> None:

@@ -17,7 +17,6 @@ from typing import Any
 import psycopg
 import pytest
 
-from receipts.cli import main
 from tests.fake_provider import FakeProviderClient
 from tests.helpers import wait_for
 from tests.outbox_states import insert_pending
@@ -175,16 +174,3 @@ def test_no_provider_configured_exits_2_naming_resend_api_key(database_url: str)
         timeout=30,
     )
     assert result.returncode == 2 and "RESEND_API_KEY" in result.stderr
-
-
-@pytest.mark.parametrize(
-    "args", [["--concurrency", "0"], ["--max-seconds", "soon"], ["--poll-seconds", "-1"]]
-)
-def test_bad_options_are_refused_with_a_message(
-    args: list[str], capsys: pytest.CaptureFixture[str]
-) -> None:
-    """Refused while parsing the command line, before anything connects or sends."""
-    with pytest.raises(SystemExit) as exit_info:
-        main(["worker", *args], environ={})
-    assert exit_info.value.code == 2
-    assert args[0] in capsys.readouterr().err

@@ -1,8 +1,11 @@
 """The ``receipts`` command line: one subcommand per operator task.
 
 Each subcommand lives in its own module, which provides ``configure(parser)``
-and ``run(args, environ) -> int``. A ConfigError or DatabaseUnavailable ends
-the command with one line on stderr and a non-zero exit code.
+and ``run(args, environ) -> int``. Only the chosen subcommand's module is
+imported: ``receipts worker`` on a cron schedule never loads the web stack,
+and ``receipts --help`` lists every command from the table below without
+importing any of them. A ConfigError or DatabaseUnavailable ends the command
+with one line on stderr and a non-zero exit code.
 """
 
 from __future__ import annotations
@@ -13,9 +16,6 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 from typing import Protocol, cast
-
-from receipts.config import ConfigError
-from receipts.db import DatabaseUnavailable
 
 # subcommand name -> (module, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
@@ -49,22 +49,42 @@ class Subcommand(Protocol):
     def run(self, args: argparse.Namespace, environ: Mapping[str, str]) -> int: ...
 
 
-def build_parser() -> argparse.ArgumentParser:
+def chosen_command(argv: Sequence[str]) -> str | None:
+    """The subcommand named on the command line, if it is one of ours.
+
+    The top-level parser has no option that takes a value, so the command is
+    the first argument that is not an option, exactly as argparse reads it.
+    """
+    for arg in argv:
+        if not arg.startswith("-"):
+            return arg if arg in SUBCOMMANDS else None
+    return None
+
+
+def build_parser(configured: str | None = None) -> argparse.ArgumentParser:
+    """The parser for every subcommand; only ``configured`` gets its options
+    (and only its module is imported). The others are listed by name and help."""
     parser = argparse.ArgumentParser(
         prog="receipts",
         description="Exactly one 'your invoice is paid' email per paid Stripe invoice.",
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (module_name, help_text) in SUBCOMMANDS.items():
-        module = cast(Subcommand, importlib.import_module(module_name))
         sub = commands.add_parser(name, help=help_text, description=help_text)
-        module.configure(sub)
-        sub.set_defaults(handler=module.run)
+        if name == configured:
+            module = cast(Subcommand, importlib.import_module(module_name))
+            module.configure(sub)
+            sub.set_defaults(handler=module.run)
     return parser
 
 
 def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    arguments = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser(chosen_command(arguments)).parse_args(arguments)
+    # Imported after parsing: `--help` and a bad command line need neither.
+    from receipts.config import ConfigError
+    from receipts.db import DatabaseUnavailable
+
     try:
         code: int = args.handler(args, os.environ if environ is None else environ)
     except ConfigError as error:

@@ -1,14 +1,15 @@
-"""Shared fixtures: a real PostgreSQL, a fresh migrated database per test.
+"""Shared fixtures: a real PostgreSQL, a migrated database of its own per test.
 
 The server is ``DATABASE_URL`` when it is set (CI's at 127.0.0.1:5432), or
-else an embedded server started once per session. A template database is
-migrated once; every test gets ``CREATE DATABASE … TEMPLATE`` of it, so code
-under test may commit freely and tests never share rows.
+else an embedded server shared by the processes of the test run. Every test
+that asks for ``database_url`` gets a migrated database nobody else uses, so
+code under test may commit freely and tests never share rows; see
+tests/databases.py for how that stays cheap.
 """
 
 from __future__ import annotations
 
-import itertools
+import contextlib
 import os
 from collections.abc import Iterator
 from typing import Any
@@ -19,12 +20,68 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from receipts.config import Settings, load_settings
-from receipts.dev.embedded import EmbeddedUnavailable, default_data_dir, start_server, with_database
-from receipts.migrations import migrate
+from receipts.dev.embedded import EmbeddedUnavailable
 from receipts.web import create_app
+from tests.databases import DatabasePool, run_id, shared_embedded_server
+from tests.helpers import root_logger_restored
 from tests.stripe_events import TEST_SECRET
 
-_database_numbers = itertools.count(1)
+# Tests that start real processes run one at a time within their group, as the
+# whole suite once ran: each kills, holds or slows processes and watches what
+# they do meanwhile, so tests of one group must not compete with each other for
+# the CPU. The groups run beside each other and beside the unit and database
+# tiers, whose tests are spread over the workers one by one.
+SERIAL_GROUPS = {
+    "tests/processes/faults/": "fault-lab",
+    "tests/processes/test_worker_processes.py": "worker-processes",
+    "tests/processes/test_dev.py": "embedded-servers",
+    "tests/processes/test_embedded.py": "embedded-servers",
+}
+
+
+def serial_group(nodeid: str) -> str | None:
+    """The serial group of a test id (relative to the repository), if any."""
+    return next((g for prefix, g in SERIAL_GROUPS.items() if nodeid.startswith(prefix)), None)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """pytest-xdist hands each serial group to one worker as a single unit of work.
+
+    (Its own ``xdist_group`` marker does not group tests under pytest 9.2:
+    pytest-dev/pytest-xdist#1386. This needs no marker: the groups are paths.)
+    """
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SerialGroupScheduling(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return serial_group(nodeid) or nodeid
+
+    return SerialGroupScheduling(config, log)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto``: one worker more than CPUs, and at least three.
+
+    The serial groups above spend most of their time waiting on the processes
+    they started, while the database tier keeps the CPUs busy. A run of the unit
+    tier alone, or of chosen tests (``path::name``), stays in one process:
+    starting workers would cost more than they save.
+    """
+    unit = config.rootpath / "tests" / "unit"
+    here = config.invocation_params.dir
+    chosen = [arg for arg in config.args if not arg.startswith("-")]
+    if chosen and all("::" in arg or (here / arg).resolve().is_relative_to(unit) for arg in chosen):
+        return 0
+    return max(3, (os.cpu_count() or 1) + 1)
+
+
+@pytest.fixture(autouse=True)
+def _restore_root_logger() -> Iterator[None]:
+    """Commands configure the root logger; every test gives it back as it found it."""
+    with root_logger_restored():
+        yield
 
 
 @pytest.fixture(scope="session")
@@ -34,50 +91,34 @@ def server_url() -> Iterator[str]:
     if configured:
         yield configured
         return
-    try:
-        server = start_server(default_data_dir(f"test-{os.getpid()}"), delete_on_exit=True)
-    except EmbeddedUnavailable as exc:
-        pytest.skip(f"no PostgreSQL: {exc}")
-    yield server.get_uri("postgres")
-    server.cleanup()
-
-
-def _admin(server_url: str) -> psycopg.Connection[Any]:
-    return psycopg.connect(with_database(server_url, "postgres"), autocommit=True)
+    with contextlib.ExitStack() as stack:
+        try:
+            url = stack.enter_context(shared_embedded_server(run_id()))
+        except EmbeddedUnavailable as exc:
+            pytest.skip(f"no PostgreSQL: {exc}")
+        yield url
 
 
 @pytest.fixture(scope="session")
-def template_database(server_url: str) -> Iterator[str]:
-    name = f"receipts_tpl_{os.getpid()}"
-    with _admin(server_url) as admin:
-        admin.execute(f'DROP DATABASE IF EXISTS "{name}"')
-        admin.execute(f'CREATE DATABASE "{name}"')
-    migrate(with_database(server_url, name))
-    yield name
-    with _admin(server_url) as admin:
-        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+def database_pool(server_url: str) -> Iterator[DatabasePool]:
+    """This process's migrated template and the databases cut from it."""
+    pool = DatabasePool(server_url)
+    yield pool
+    pool.close()
 
 
 @pytest.fixture
-def database_url(server_url: str, template_database: str) -> Iterator[str]:
-    """A fresh, migrated database of its own for one test."""
-    name = f"receipts_t_{os.getpid()}_{next(_database_numbers)}"
-    with _admin(server_url) as admin:
-        admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_database}"')
-    yield with_database(server_url, name)
-    with _admin(server_url) as admin:
-        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+def database_url(database_pool: DatabasePool) -> Iterator[str]:
+    """A migrated database of its own for one test."""
+    with database_pool.migrated() as url:
+        yield url
 
 
 @pytest.fixture
-def empty_database_url(server_url: str) -> Iterator[str]:
+def empty_database_url(database_pool: DatabasePool) -> Iterator[str]:
     """A database with no tables at all, for migration tests."""
-    name = f"receipts_e_{os.getpid()}_{next(_database_numbers)}"
-    with _admin(server_url) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    yield with_database(server_url, name)
-    with _admin(server_url) as admin:
-        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with database_pool.empty() as url:
+        yield url
 
 
 @pytest.fixture

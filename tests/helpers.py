@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import logging
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import psutil
 
@@ -34,3 +36,18 @@ def wait_for(
         if time.monotonic() >= deadline:
             raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
         time.sleep(0.02)
+
+
+@contextmanager
+def root_logger_restored() -> Iterator[None]:
+    """Give the root logger back its handlers and level afterwards.
+
+    Commands (and the web app's JSON logging) configure the root logger for the
+    whole process; a test that runs one must not leave it configured for the next.
+    """
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    try:
+        yield
+    finally:
+        root.handlers[:], root.level = handlers, level

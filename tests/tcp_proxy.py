@@ -27,6 +27,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
+from urllib.parse import urlsplit, urlunsplit
 
 Verdict = Literal["forward", "cut"]
 Action = Callable[[], Verdict]
@@ -193,3 +194,18 @@ def _reset(sock: socket.socket) -> None:
         pass
     with contextlib.suppress(OSError):
         sock.close()
+
+
+def through_proxy(database_url: str, proxy: TcpProxy) -> str:
+    """The same database, reached through ``proxy`` without TLS (so bytes are readable)."""
+    parts = urlsplit(database_url)
+    credentials = parts.netloc.rsplit("@", 1)[0] + "@" if "@" in parts.netloc else ""
+    query = "&".join(filter(None, (parts.query, "sslmode=disable")))
+    netloc = f"{credentials}127.0.0.1:{proxy.port}"
+    return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
+
+
+def proxy_to(database_url: str) -> TcpProxy:
+    """A proxy to the server of ``database_url``; pass it to :func:`through_proxy`."""
+    parts = urlsplit(database_url)
+    return TcpProxy(parts.hostname or "127.0.0.1", parts.port or 5432)

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import pytest
 from flask.testing import FlaskClient
 
 from receipts.cli import main
@@ -17,14 +14,6 @@ from tests.outbox_states import Db, actions, insert_row, row
 from tests.stripe_events import TEST_SECRET, encode, sign
 
 HEADER = "invoice_id,account,mode,sent_at,provider_id\n"
-
-
-@pytest.fixture(autouse=True)
-def _restore_logging() -> Iterator[None]:
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    yield
-    root.handlers[:], root.level = handlers, level
 
 
 def write(tmp_path: Path, text: str) -> str:

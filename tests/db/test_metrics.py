@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import logging
 import os
 import re
 import signal
@@ -26,6 +25,7 @@ from receipts.config import load_settings
 from receipts.logs import configure_logging
 from receipts.web import create_app
 from tests import stripe_events
+from tests.helpers import root_logger_restored
 from tests.outbox_states import Db, insert_attempt, insert_row
 from tests.stripe_events import TEST_SECRET, encode, sign
 
@@ -172,15 +172,11 @@ def test_metrics_can_be_disabled(environ: dict[str, str]) -> None:
 def test_json_log_line_of_a_webhook(client: FlaskClient, capsys: Any) -> None:
     """LOG_FORMAT=json: one JSON object per webhook with event id, key, outcome and
     latency, and never the invoice URL or the email body."""
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    configure_logging("json")
-    try:
+    with root_logger_restored():
+        configure_logging("json")
         invoice = stripe_events.invoice(id="in_1Logged")
         event = stripe_events.event(invoice)
         assert post_event(client, event).status_code == 200
-    finally:
-        root.handlers[:], root.level = handlers, level
     lines = [
         json.loads(line) for line in capsys.readouterr().err.splitlines() if line.startswith("{")
     ]

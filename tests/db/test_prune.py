@@ -236,9 +236,3 @@ def test_redelivery_after_details_pruned_is_still_a_duplicate(
     assert response.status_code == 200 and response.json["outcome"] == "duplicate"
     [row] = db.execute("SELECT status, payload FROM email_outbox").fetchall()
     assert row == {"status": "sent", "payload": None}
-
-
-def test_prune_without_database_url_names_it(capsys: pytest.CaptureFixture[str]) -> None:
-    """No DATABASE_URL: a configuration error naming the variable, exit 2."""
-    assert main(["prune"], {}) == 2
-    assert "DATABASE_URL" in capsys.readouterr().err

@@ -11,16 +11,13 @@ from typing import Any
 import pytest
 from flask import Flask
 from flask.testing import FlaskClient
-from svix.webhooks import Webhook
 
 from receipts.config import ConfigError, load_settings
 from receipts.operations.status_summary import read_status
 from receipts.web import create_app
 from receipts.web.metrics import WEBHOOKS
 from tests.outbox_states import Db, insert_row, row
-
-SECRET = "whsec_" + base64.b64encode(b"receipts-resend-test-secret-32by").decode()
-_ids = iter(range(1, 10**6))
+from tests.resend_events import SECRET, event, post
 
 
 @pytest.fixture
@@ -33,47 +30,6 @@ def resend_app(environ: dict[str, str]) -> Iterator[Flask]:
 @pytest.fixture
 def resend(resend_app: Flask) -> FlaskClient:
     return resend_app.test_client()
-
-
-def event(
-    event_type: str, email_id: str, created_at: str = "2026-11-30T01:00:00.000Z"
-) -> dict[str, Any]:
-    """The shape Resend posts: type, created_at, data.email_id (plus fields we ignore)."""
-    return {
-        "type": event_type,
-        "created_at": created_at,
-        "data": {
-            "created_at": "2026-11-30T00:59:58.000000+00:00",
-            "email_id": email_id,
-            "from": "Billing <billing@example.com>",
-            "to": ["jenny.rosen@example.com"],
-            "subject": "Receipt for invoice ABC-0001",
-        },
-    }
-
-
-def post(
-    client: FlaskClient,
-    document: dict[str, Any] | bytes,
-    *,
-    svix_id: str | None = None,
-    secret: str = SECRET,
-    signed_at: datetime | None = None,
-) -> Any:
-    body = document if isinstance(document, bytes) else json.dumps(document).encode()
-    svix_id = svix_id or f"msg_test{next(_ids)}"
-    stamp = signed_at or datetime.now(UTC)
-    signature = Webhook(secret).sign(svix_id, stamp, body.decode())
-    return client.post(
-        "/webhooks/resend",
-        data=body,
-        headers={
-            "svix-id": svix_id,
-            "svix-timestamp": str(int(stamp.timestamp())),
-            "svix-signature": signature,
-            "Content-Type": "application/json",
-        },
-    )
 
 
 def stored_events(db: Db) -> list[dict[str, Any]]:

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import logging
 import threading
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -20,20 +18,12 @@ from receipts.delivery.worker import provider_from_settings, run_worker
 from receipts.operations.review import Decider, Refused, dismiss, resolve
 from receipts.web import create_app
 from tests import stripe_events
-from tests.db.test_resend_webhooks import SECRET as RESEND_SECRET
-from tests.db.test_resend_webhooks import event as resend_event
-from tests.db.test_resend_webhooks import post as post_resend
 from tests.fake_provider import running_fake_provider
 from tests.outbox_states import Db, actions, insert_attempt, insert_row, row
+from tests.resend_events import SECRET as RESEND_SECRET
+from tests.resend_events import event as resend_event
+from tests.resend_events import post as post_resend
 from tests.stripe_events import TEST_SECRET, encode, sign
-
-
-@pytest.fixture(autouse=True)
-def _restore_logging() -> Iterator[None]:
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    yield
-    root.handlers[:], root.level = handlers, level
 
 
 @pytest.fixture

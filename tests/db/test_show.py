@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import json
-import logging
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-import pytest
 from flask.testing import FlaskClient
 
 from receipts.cli import main
@@ -17,19 +14,11 @@ from receipts.config import load_settings
 from receipts.ingest.receipt import resend_tag_value
 from receipts.web import create_app
 from tests import stripe_events
-from tests.db.test_resend_webhooks import SECRET as RESEND_SECRET
-from tests.db.test_resend_webhooks import event as resend_event
-from tests.db.test_resend_webhooks import post as post_resend
 from tests.outbox_states import BODY_TEXT, INVOICE_URL, Db, insert_attempt, insert_row
+from tests.resend_events import SECRET as RESEND_SECRET
+from tests.resend_events import event as resend_event
+from tests.resend_events import post as post_resend
 from tests.stripe_events import TEST_SECRET, encode, sign
-
-
-@pytest.fixture(autouse=True)
-def _restore_logging() -> Iterator[None]:
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    yield
-    root.handlers[:], root.level = handlers, level
 
 
 def deliver(client: FlaskClient, event: dict[str, Any]) -> None:

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import json
-import logging
 import os
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -22,15 +20,6 @@ from tests.outbox_states import (
     insert_conflict_event,
     insert_row,
 )
-
-
-@pytest.fixture(autouse=True)
-def _restore_logging() -> Iterator[None]:
-    """The commands configure the root logger; give it back as it was."""
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    yield
-    root.handlers[:], root.level = handlers, level
 
 
 def status_json(environ: dict[str, str], capsys: Any, *extra: str) -> tuple[int, dict[str, Any]]:
@@ -175,13 +164,6 @@ def test_bad_duration_is_a_usage_error(environ: dict[str, str], capsys: Any) -> 
         main(["status", "--max-pending-age", "soon"], environ)
     assert exit_info.value.code == 2
     assert "not a duration" in capsys.readouterr().err
-
-
-def test_database_down_exits_3(capsys: Any) -> None:
-    """An unreachable database is its own exit code, with one line on stderr."""
-    environ = {"DATABASE_URL": "postgresql://postgres@127.0.0.1:1/none"}
-    assert main(["status"], environ) == 3
-    assert "database unavailable" in capsys.readouterr().err
 
 
 def test_bounced_and_spam_marked_receipts_are_listed(

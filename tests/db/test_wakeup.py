@@ -13,8 +13,8 @@ from flask.testing import FlaskClient
 from receipts.ingest.wakeup import WakeUp
 from receipts.vocabulary import NOTIFY_CHANNEL
 from tests import stripe_events
-from tests.processes.faults.conftest import proxy_to, through_proxy
 from tests.stripe_events import TEST_SECRET, encode, sign
+from tests.tcp_proxy import proxy_to, through_proxy
 
 
 @pytest.fixture

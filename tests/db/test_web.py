@@ -174,6 +174,9 @@ def _signed_now(body: bytes) -> str:
         ("WRONG", "no signature matches a configured secret"),
         ("STALE", "signature timestamp outside the 300 s tolerance"),
     ],
+    # Stable names: the header holds a timestamp, and pytest-xdist needs every
+    # worker to collect the same test ids.
+    ids=["missing", "malformed", "no-v1", "wrong-secret", "stale"],
 )
 def test_bad_signatures_are_refused_and_store_nothing(
     client: FlaskClient, db: Any, header: str | None, reason: str

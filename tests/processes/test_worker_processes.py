@@ -17,11 +17,11 @@ from typing import Any
 import psycopg
 import pytest
 
-from receipts.cli import main
 from tests.fake_provider import FakeProviderClient
 from tests.helpers import wait_for
 from tests.outbox_states import insert_pending
 from tests.outbox_states import row as outbox_row
+from tests.real_processes import finish, start_worker
 
 Row = dict[str, Any]
 DB = psycopg.Connection[Row]
@@ -61,22 +61,6 @@ def worker_env(database_url: str, fake: FakeProviderClient, **extra: str) -> dic
     }
     env.update(extra)
     return env
-
-
-def start_worker(env: dict[str, str], *args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [*RECEIPTS, "worker", *args],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
-def finish(process: subprocess.Popen[str], timeout: float = 60) -> tuple[int, str, str]:
-    out, err = process.communicate(timeout=timeout)
-    return process.returncode, out, err
 
 
 def test_two_workers_racing_over_1000_rows_request_and_deliver_each_key_once(
@@ -195,16 +179,3 @@ def test_no_provider_configured_exits_2_naming_resend_api_key(database_url: str)
         timeout=30,
     )
     assert result.returncode == 2 and "RESEND_API_KEY" in result.stderr
-
-
-@pytest.mark.parametrize(
-    "args", [["--concurrency", "0"], ["--max-seconds", "soon"], ["--poll-seconds", "-1"]]
-)
-def test_bad_options_are_refused_with_a_message(
-    args: list[str], capsys: pytest.CaptureFixture[str]
-) -> None:
-    """Refused while parsing the command line, before anything connects or sends."""
-    with pytest.raises(SystemExit) as exit_info:
-        main(["worker", *args], environ={})
-    assert exit_info.value.code == 2
-    assert args[0] in capsys.readouterr().err

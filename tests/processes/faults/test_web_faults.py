@@ -22,9 +22,9 @@ import pytest
 import requests
 
 from tests import stripe_events
-from tests.processes.faults.conftest import Gunicorn, through_proxy, web_environ
+from tests.real_processes import Gunicorn, web_environ
 from tests.stripe_events import TEST_SECRET, sign
-from tests.tcp_proxy import TcpProxy, Verdict
+from tests.tcp_proxy import TcpProxy, Verdict, through_proxy
 
 Row = dict[str, Any]
 Db = psycopg.Connection[Row]

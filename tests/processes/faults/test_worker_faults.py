@@ -29,13 +29,8 @@ from receipts import queries
 from tests.fake_provider import FakeProviderClient
 from tests.helpers import wait_for
 from tests.outbox_states import insert_pending
-from tests.processes.faults.conftest import (
-    finish,
-    start_worker,
-    through_proxy,
-    worker_environ,
-)
-from tests.tcp_proxy import TcpProxy, Verdict
+from tests.real_processes import finish, start_worker, worker_environ
+from tests.tcp_proxy import TcpProxy, Verdict, through_proxy
 
 Row = dict[str, Any]
 Db = psycopg.Connection[Row]
@@ -366,7 +361,6 @@ def test_429_retry_after_pauses_every_send_of_the_worker(
     assert statuses(db) == {"sent": 6}
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("processes", [2, 4])
 def test_racing_worker_processes_request_every_key_once(
     db: Db, fake_provider: FakeProviderClient, direct_environ: dict[str, str], processes: int

@@ -1,0 +1,172 @@
+"""Real processes for tests, started as they are deployed.
+
+``gunicorn wsgi:app`` with the Procfile's settings on a free port, and
+``receipts worker`` as a process of its own, each with the environment a
+test gives it (short timeouts and backoff, so retries happen within a test).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+import requests
+
+from tests.fake_provider import FakeProviderClient
+from tests.helpers import free_port
+from tests.stripe_events import TEST_SECRET
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+PROVIDER_KEY = "re_fault_lab"
+
+
+@dataclass
+class Gunicorn:
+    """``gunicorn wsgi:app`` as deployed (Procfile settings), on a free local port."""
+
+    environ: Mapping[str, str]
+    workers: int = 2
+    threads: int = 4
+    port: int = field(default_factory=free_port)
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> Gunicorn:
+        command = [
+            str(BIN / "gunicorn"),
+            "wsgi:app",
+            "--bind",
+            f"127.0.0.1:{self.port}",
+            "--workers",
+            str(self.workers),
+            "--threads",
+            str(self.threads),
+            "--graceful-timeout",
+            "1",
+        ]
+        env = {**os.environ, **self.environ, "PYTHONUNBUFFERED": "1"}
+        self.process = subprocess.Popen(
+            command, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        self.wait_until_serving()
+        return self
+
+    def wait_until_serving(self, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.process is not None and self.process.poll() is None, "gunicorn exited"
+            try:
+                answer = requests.get(self.url + "/healthz", timeout=2).status_code
+                if answer == 200 and len(self.worker_pids()) == self.workers:
+                    return
+            except requests.RequestException:
+                pass
+            time.sleep(0.05)
+        raise TimeoutError("gunicorn did not start serving")
+
+    def worker_pids(self) -> list[int]:
+        assert self.process is not None
+        try:
+            return [child.pid for child in psutil.Process(self.process.pid).children()]
+        except psutil.NoSuchProcess:
+            return []
+
+    def kill_workers(self) -> list[int]:
+        """SIGKILL every worker at once (the master stays and starts new ones)."""
+        pids = self.worker_pids()
+        for pid in pids:
+            os.kill(pid, signal.SIGKILL)
+        return pids
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGINT)  # gunicorn's quick shutdown
+            try:
+                self.process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def web_environ(database_url: str, **extra: str) -> dict[str, str]:
+    return {
+        "DATABASE_URL": database_url,
+        "STRIPE_WEBHOOK_SECRET": TEST_SECRET,
+        "EMAIL_FROM": "Billing <billing@example.com>",
+        "RECEIPTS_DATABASE_TIMEOUT": "2",
+        **extra,
+    }
+
+
+def worker_environ(database_url: str, provider: FakeProviderClient, **extra: str) -> dict[str, str]:
+    """A worker's environment: short timeouts and backoff so retries happen within a test."""
+    return {
+        "PATH": os.environ.get("PATH", ""),
+        "DATABASE_URL": database_url,
+        "RESEND_API_KEY": PROVIDER_KEY,
+        "RESEND_API_URL": provider.url,
+        "RECEIPTS_PROVIDER_TIMEOUT": "2",
+        "RECEIPTS_PROVIDER_CONNECT_TIMEOUT": "1",
+        "RECEIPTS_RETRY_BASE_SECONDS": "0.2",
+        "RECEIPTS_RETRY_MAX_SECONDS": "1",
+        "RECEIPTS_DATABASE_TIMEOUT": "2",
+        "LOG_FORMAT": "json",
+        **extra,
+    }
+
+
+def start_worker(environ: Mapping[str, str], *args: str) -> subprocess.Popen[str]:
+    """``receipts worker ARGS`` as a process of its own."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "receipts.cli", "worker", *args],
+        cwd=REPO,
+        env=dict(environ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def finish(process: subprocess.Popen[str], timeout: float = 60) -> tuple[int, str, str]:
+    out, err = process.communicate(timeout=timeout)
+    return process.returncode, out, err
+
+
+# `python -m receipts.cli ARGS`, with an exit hook that writes down every module
+# the process imported. argv: [-c, MODULES_FILE, ARGS...]
+_RUN_AND_RECORD_MODULES = """
+import atexit, json, runpy, sys
+modules_file = sys.argv.pop(1)
+atexit.register(lambda: open(modules_file, "w").write(json.dumps(sorted(sys.modules))))
+sys.argv[0] = "receipts"
+runpy.run_module("receipts.cli", run_name="__main__", alter_sys=True)
+"""
+
+
+def run_receipts_recording_modules(
+    args: list[str], environ: Mapping[str, str], modules_file: Path
+) -> tuple[subprocess.CompletedProcess[str], list[str]]:
+    """Run ``receipts ARGS`` in a process of its own; its result and the sorted
+    names of every module it imported, recorded as it exited."""
+    result = subprocess.run(
+        [sys.executable, "-c", _RUN_AND_RECORD_MODULES, str(modules_file), *args],
+        cwd=REPO,
+        env=dict(environ),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    modules: list[str] = json.loads(modules_file.read_text())
+    return result, modules

@@ -19,13 +19,13 @@ from collections.abc import Mapping
 from receipts.commands import database_settings
 from receipts.operations.reports import Status, duration, read_only_snapshot, read_status
 
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smh]?)$")
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)([smh]?)")
 _UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600}
 
 
 def parse_duration(text: str) -> float:
     """``90``, ``90s``, ``15m`` or ``2h`` as seconds."""
-    match = _DURATION.match(text.strip())
+    match = _DURATION.fullmatch(text.strip())
     if match is None:
         raise argparse.ArgumentTypeError(f"not a duration: {text!r} (use e.g. 900, 15m or 1h)")
     return float(match.group(1)) * _UNIT_SECONDS[match.group(2)]

@@ -23,8 +23,8 @@ import stripe
 TOLERANCE_SECONDS = 300
 
 # Stripe object ids (evt_…, acct_…, in_…) and event types, as far as we accept them.
-STRIPE_ID = re.compile(r"^[A-Za-z0-9_]{1,200}$")
-_EVENT_TYPE = re.compile(r"^[a-z0-9_.]{1,100}$")
+STRIPE_ID = re.compile(r"[A-Za-z0-9_]{1,200}")
+_EVENT_TYPE = re.compile(r"[a-z0-9_.]{1,100}")
 
 
 class RejectedDelivery(Exception):
@@ -121,11 +121,11 @@ def parse_event(event: object) -> EventHeader:
     if (
         not isinstance(event_id, str)
         or not event_id.startswith("evt_")
-        or not STRIPE_ID.match(event_id)
+        or not STRIPE_ID.fullmatch(event_id)
     ):
         raise MalformedEvent("event has no valid 'id'")
     event_type = event.get("type")
-    if not isinstance(event_type, str) or not _EVENT_TYPE.match(event_type):
+    if not isinstance(event_type, str) or not _EVENT_TYPE.fullmatch(event_type):
         raise MalformedEvent("event has no valid 'type'")
     livemode = event.get("livemode")
     if not isinstance(livemode, bool):
@@ -136,7 +136,7 @@ def parse_event(event: object) -> EventHeader:
     elif (
         not isinstance(account, str)
         or not account.startswith("acct_")
-        or not STRIPE_ID.match(account)
+        or not STRIPE_ID.fullmatch(account)
     ):
         raise MalformedEvent("event 'account' is not a Connect account id")
     data = event.get("data")

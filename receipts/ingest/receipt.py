@@ -32,7 +32,7 @@ HOSTED_INVOICE_HOST = "invoice.stripe.com"
 PDF_HOSTS = ("pay.stripe.com", "invoice.stripe.com", "files.stripe.com")
 
 _CONTROL_CHARACTERS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
-_CURRENCY = re.compile(r"^[a-z]{3}$")
+_CURRENCY = re.compile(r"[a-z]{3}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -89,7 +89,7 @@ def derive_receipt(
     if (
         not isinstance(invoice_id, str)
         or not invoice_id.startswith("in_")
-        or not _STRIPE_ID.match(invoice_id)
+        or not _STRIPE_ID.fullmatch(invoice_id)
     ):
         raise MalformedEvent("invoice.paid event has no valid invoice id in 'data.object.id'")
     if invoice.get("status") != "paid":
@@ -142,7 +142,7 @@ def _unsendable_reason(invoice: dict[str, Any], valid_amount: bool) -> str | Non
     if not valid_amount:
         return "invalid_amount_paid"
     currency = invoice.get("currency")
-    if not isinstance(currency, str) or not _CURRENCY.match(currency):
+    if not isinstance(currency, str) or not _CURRENCY.fullmatch(currency):
         return "invalid_currency"
     return None
 

@@ -29,9 +29,9 @@ from receipts.vocabulary import IMPORTED_FINGERPRINT_PREFIX, PURPOSE
 COLUMNS = ("invoice_id", "account", "mode", "sent_at", "provider_id")
 IMPORTED_SOURCE_EVENT = "import"
 
-_INVOICE_ID = re.compile(r"^in_[A-Za-z0-9_]{1,200}$")
-_ACCOUNT = re.compile(r"^(platform|acct_[A-Za-z0-9_]{1,200})$")
-_PROVIDER_ID = re.compile(r"^[\x21-\x7e]{1,200}$")
+_INVOICE_ID = re.compile(r"in_[A-Za-z0-9_]{1,200}")
+_ACCOUNT = re.compile(r"platform|acct_[A-Za-z0-9_]{1,200}")
+_PROVIDER_ID = re.compile(r"[\x21-\x7e]{1,200}")
 _CLOCK_SKEW = timedelta(minutes=5)
 
 
@@ -93,14 +93,14 @@ def _parse_line(line: int, fields: list[str], now: datetime) -> SentReceipt:
     if len(fields) != len(COLUMNS):
         raise ValueError(f"expected {len(COLUMNS)} fields, got {len(fields)}")
     invoice_id, account, mode, sent_at_text, provider_id = (field.strip() for field in fields)
-    if not _INVOICE_ID.match(invoice_id):
+    if not _INVOICE_ID.fullmatch(invoice_id):
         raise ValueError(f"invoice_id {invoice_id!r} is not a Stripe invoice id (in_…)")
-    if not _ACCOUNT.match(account):
+    if not _ACCOUNT.fullmatch(account):
         raise ValueError(f"account {account!r} must be 'platform' or a Connect id (acct_…)")
     if mode not in ("live", "test"):
         raise ValueError(f"mode {mode!r} must be live or test")
     sent_at = _sent_at(sent_at_text, now)
-    if provider_id and not _PROVIDER_ID.match(provider_id):
+    if provider_id and not _PROVIDER_ID.fullmatch(provider_id):
         raise ValueError("provider_id must be printable ASCII without spaces, 200 at most")
     try:
         key = message_key(account, mode == "live", invoice_id)

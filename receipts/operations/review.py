@@ -28,7 +28,7 @@ from receipts.ingest.receipt import MAX_KEY_LENGTH, resend_tag_value
 from receipts.operations.reports import DISMISSED, may_have_been_accepted
 from receipts.vocabulary import NOTIFY_CHANNEL
 
-_RESEND_SUFFIX = re.compile(r"/resend-(\d+)$")
+_RESEND_SUFFIX = re.compile(r"/resend-(\d+)\Z")
 
 
 def operator_name(environ: Mapping[str, str]) -> str:

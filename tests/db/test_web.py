@@ -299,3 +299,29 @@ def test_concurrent_events_about_one_invoice_make_one_row(live_server: str, db: 
         outcomes = sorted(pool.map(deliver, bodies))
     assert outcomes == ["duplicate"] * 19 + ["queued"]
     assert len(outbox(db)) == 1
+
+
+@pytest.mark.parametrize(
+    ("where", "value"),
+    [
+        ("id", "evt_1Newline\n"),
+        ("type", "invoice.paid\n"),
+        ("account", "acct_1Newline\n"),
+        ("invoice", "in_1Newline\n"),
+    ],
+)
+def test_ids_are_matched_whole_so_a_trailing_newline_is_refused(
+    client: FlaskClient, db: Any, where: str, value: str
+) -> None:
+    """A ``$`` anchor matches before a final newline: ``in_x\\n`` used to pass as an
+    invoice id and become a message key whose send failed on every attempt. Every
+    id and the event type are matched whole, so such an event is a 400 and
+    nothing is stored."""
+    event = stripe_events.event(stripe_events.invoice())
+    if where == "invoice":
+        event["data"]["object"]["id"] = value
+    else:
+        event[where] = value
+    response = post(client, event)
+    assert response.status_code == 400, response.json
+    assert outbox(db) == [] and events(db) == []

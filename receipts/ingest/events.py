@@ -65,17 +65,40 @@ def _describe(failures: list[str]) -> str:
     return "no signature matches a configured secret"
 
 
+# Stripe's events nest about ten levels deep. A deeper body is refused before
+# anything walks it recursively (the fingerprint, the stored payload): Python's
+# recursion limit is near 1,000 and the JSON parser accepts almost that much.
+MAX_DEPTH = 64
+
 # JSON may escape a lone UTF-16 surrogate ("\ud800") that no database text
-# column can store; only bodies containing such an escape pay for a full check.
+# column can store. Once parsed, any surrogate code point left is a lone one.
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89abcdefABCDEF]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
-def _has_lone_surrogate(event: object) -> bool:
-    try:
-        json.dumps(event, ensure_ascii=False).encode("utf-8")
-    except UnicodeEncodeError:
-        return True
-    return False
+def _check_shape(text: str, event: object) -> None:
+    """Refuse nesting beyond MAX_DEPTH and lone surrogates, without recursion.
+
+    Only bodies that could hold either pay for the walk: more brackets than
+    the depth bound, or a surrogate escape somewhere in the text.
+    """
+    could_nest = text.count("[") + text.count("{") > MAX_DEPTH
+    could_hold_surrogate = _SURROGATE_ESCAPE.search(text) is not None
+    if not (could_nest or could_hold_surrogate):
+        return
+    pending: list[tuple[object, int]] = [(event, 1)]
+    while pending:
+        value, depth = pending.pop()
+        if isinstance(value, str):
+            if could_hold_surrogate and _SURROGATE.search(value):
+                raise RejectedDelivery(400, "body contains a \\u escape that is not valid Unicode")
+            continue
+        if not isinstance(value, dict | list):
+            continue
+        if depth > MAX_DEPTH:
+            raise RejectedDelivery(400, f"body nests deeper than {MAX_DEPTH} levels")
+        items = [*value.keys(), *value.values()] if isinstance(value, dict) else value
+        pending.extend((item, depth + 1) for item in items)
 
 
 def decode_event(text: str) -> tuple[EventHeader, dict[str, Any]]:
@@ -84,8 +107,7 @@ def decode_event(text: str) -> tuple[EventHeader, dict[str, Any]]:
         event = json.loads(text)
     except (ValueError, RecursionError):
         raise RejectedDelivery(400, "body is not JSON") from None
-    if _SURROGATE_ESCAPE.search(text) and _has_lone_surrogate(event):
-        raise RejectedDelivery(400, "body contains a \\u escape that is not valid Unicode")
+    _check_shape(text, event)
     try:
         header = parse_event(event)
     except MalformedEvent as exc:

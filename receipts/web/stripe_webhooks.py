@@ -81,13 +81,29 @@ def _handle_stripe_event(started: float) -> _Answer:
 
 
 def _derive(svc: Services, header: EventHeader) -> Decision:
-    return derive_receipt(
-        header,
-        svc.renderer,
-        email_from=svc.settings.email_from or "",
-        reply_to=svc.settings.reply_to,
-        send_zero_value=svc.settings.send_zero_value,
-    )
+    try:
+        return derive_receipt(
+            header,
+            svc.renderer,
+            email_from=svc.settings.email_from or "",
+            reply_to=svc.settings.reply_to,
+            send_zero_value=svc.settings.send_zero_value,
+        )
+    except MalformedEvent:
+        raise
+    except Exception as exc:
+        # A pure function of a verified event failed on a value it does not
+        # expect (an amount no formatter can print, say). That is a 400 with
+        # the event id in the log, never a 500 Stripe would retry for days.
+        # Only the error's type is logged: its message may quote customer data.
+        log_fields(
+            log,
+            "stripe webhook: no receipt could be derived",
+            logging.ERROR,
+            event_id=header.event_id,
+            error=type(exc).__name__,
+        )
+        raise MalformedEvent("its values cannot make a receipt") from exc
 
 
 def _store(svc: Services, header: EventHeader, decision: Decision, started: float) -> _Answer:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -324,4 +326,87 @@ def test_ids_are_matched_whole_so_a_trailing_newline_is_refused(
         event[where] = value
     response = post(client, event)
     assert response.status_code == 400, response.json
+    assert outbox(db) == [] and events(db) == []
+
+
+def _signed_post_raw(client: FlaskClient, body: bytes) -> Any:
+    return client.post(
+        "/webhooks/stripe",
+        data=body,
+        headers={"Stripe-Signature": sign(body, TEST_SECRET), "Content-Type": "application/json"},
+    )
+
+
+def test_deep_nesting_with_a_lone_surrogate_is_a_400(client: FlaskClient, db: Any) -> None:
+    """A signed event whose metadata nests ~1,000 levels deep around a ``\\ud800``
+    escape made the surrogate check recurse past Python's limit (500) at the
+    one depth the JSON parser still accepts, which depends on the stack in use.
+    Every depth from a plausible one to past the parser's limit is refused with
+    a JSON 400, and nothing is stored."""
+    for depth in (40, *range(850, 1010)):
+        event = stripe_events.event(stripe_events.invoice(metadata="NESTED"))
+        nested = "[" * depth + '"\\ud800"' + "]" * depth
+        body = encode(event).replace(b'"NESTED"', nested.encode())
+        response = _signed_post_raw(client, body)
+        assert response.status_code == 400, (depth, response.get_data()[:300])
+        assert response.is_json
+    assert outbox(db) == [] and events(db) == []
+
+
+@pytest.mark.parametrize(
+    "amount", [10**28, -(10**28), 10**20, 2**63, 10**400, 1e308, 99_999_999], ids=repr
+)
+def test_amounts_beyond_what_stripe_allows_never_answer_500(
+    client: FlaskClient, db: Any, amount: int | float
+) -> None:
+    """``amount_paid`` of 10^28 made the amount formatting raise (500). Whatever
+    the derivation makes of an absurd amount, the answer is a JSON 200 or 400:
+    a 200 has its event row behind it; a 400 stores nothing."""
+    event = stripe_events.event(stripe_events.invoice(amount_paid=amount, total=amount))
+    response = post(client, event)
+    assert response.status_code in (200, 400), response.get_data()[:300]
+    assert response.is_json
+    if response.status_code == 200:
+        [recorded] = events(db)
+        assert recorded["event_id"] == event["id"]
+    else:
+        assert outbox(db) == [] and events(db) == []
+
+
+@pytest.mark.xfail(
+    reason="bounds on amounts belong to the receipt derivation, which is being rewritten",
+    strict=False,
+)
+@pytest.mark.parametrize("amount", [10**20, 2**63], ids=repr)
+def test_amounts_beyond_what_stripe_allows_are_never_queued(
+    client: FlaskClient, db: Any, amount: int
+) -> None:
+    """An amount Stripe cannot produce (over twelve digits) is refused or sent to
+    review; it never becomes an email."""
+    response = post(client, stripe_events.event(stripe_events.invoice(amount_paid=amount)))
+    assert response.status_code in (200, 400)
+    assert [row["status"] for row in outbox(db)] in ([], ["review"])
+
+
+def test_an_error_while_deriving_the_receipt_is_a_logged_400(
+    environ: dict[str, str], db: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Any unexpected error in the pure derivation (here a subject template that
+    divides by zero) is answered 400 in JSON and logged at ERROR with the event
+    id and the error's type, never its message; nothing is stored."""
+    folder = tmp_path / "invoice_paid"
+    folder.mkdir()
+    (folder / "subject.txt").write_text("Receipt {{ 1 // 0 }}")
+    app = create_app(load_settings({**environ, "RECEIPTS_TEMPLATE_DIR": str(tmp_path)}))
+    try:
+        event = stripe_events.event()
+        with caplog.at_level(logging.INFO, logger="receipts.web"):
+            response = post(app.test_client(), event)
+    finally:
+        app.extensions["receipts"].database.close()
+    assert response.status_code == 400 and response.is_json
+    [logged] = [r for r in caplog.records if "no receipt could be derived" in r.getMessage()]
+    assert logged.levelno == logging.ERROR
+    fields = logged.receipts_fields  # type: ignore[attr-defined]
+    assert fields == {"event_id": event["id"], "error": "ZeroDivisionError"}
     assert outbox(db) == [] and events(db) == []

@@ -13,6 +13,7 @@ from contextlib import contextmanager, suppress
 from typing import Any
 
 import psycopg
+import psycopg.errors
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
@@ -20,7 +21,17 @@ from receipts import queries
 
 
 class DatabaseUnavailable(Exception):
-    """No connection could be had, or the one we had broke mid-transaction."""
+    """The database cannot do this work now; retrying later may succeed.
+
+    ``reason`` is a short word safe to show anyone (``/readyz``): ``unreachable``
+    (no connection, or it broke), ``read_only`` (the server refuses writes, as a
+    standby does after a failover) or ``timeout`` (a lock or statement took
+    longer than allowed). The message, for logs, may carry the driver's text.
+    """
+
+    def __init__(self, message: str, reason: str = "unreachable") -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 def describe_error(error: BaseException) -> str:
@@ -87,13 +98,23 @@ class Database:
                 yield conn
         except PoolTimeout as exc:
             raise DatabaseUnavailable(f"no database connection within {self._timeout:g} s") from exc
+        except psycopg.errors.ReadOnlySqlTransaction as exc:
+            raise DatabaseUnavailable(describe_error(exc), "read_only") from exc
+        except (psycopg.errors.QueryCanceled, psycopg.errors.LockNotAvailable) as exc:
+            raise DatabaseUnavailable(describe_error(exc), "timeout") from exc
         except psycopg.OperationalError as exc:
             raise DatabaseUnavailable(describe_error(exc)) from exc
 
-    def ping(self) -> None:
-        """Raise DatabaseUnavailable unless a trivial query succeeds (``health.sql``: ``ping``)."""
+    def check_ready(self) -> None:
+        """Raise DatabaseUnavailable unless the database answers and accepts writes.
+
+        ``health.sql: accepts_writes`` reads no table: a standby, or a server
+        set to read-only transactions, answers false.
+        """
         with self.transaction() as conn:
-            conn.execute(queries.load("health")["ping"])
+            row = conn.execute(queries.load("health")["accepts_writes"]).fetchone()
+        if not (row and row["writable"]):
+            raise DatabaseUnavailable("the database accepts no writes", "read_only")
 
     def close(self) -> None:
         with self._lock:

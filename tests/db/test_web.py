@@ -2,20 +2,24 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import psycopg
 import pytest
 import requests
 from flask import Flask
 from flask.testing import FlaskClient
+from svix.webhooks import Webhook
 from werkzeug.serving import make_server
 
 from receipts.config import load_settings
@@ -410,3 +414,56 @@ def test_an_error_while_deriving_the_receipt_is_a_logged_400(
     fields = logged.receipts_fields  # type: ignore[attr-defined]
     assert fields == {"event_id": event["id"], "error": "ZeroDivisionError"}
     assert outbox(db) == [] and events(db) == []
+
+
+RESEND_SECRET = "whsec_" + base64.b64encode(b"receipts-resend-test-secret-32by").decode()
+
+
+def test_read_only_database_answers_503_and_readyz_fails(
+    environ: dict[str, str], database_url: str, db: Any
+) -> None:
+    """After a failover the web process may reach a server that refuses writes
+    (here ``default_transaction_read_only = on`` for new sessions). Both webhooks
+    answer 503 in JSON, so the senders retry, instead of Flask's HTML 500;
+    ``/readyz`` checks that the database accepts writes and answers 503 with a
+    short reason and no driver text; nothing is stored."""
+    name = urlsplit(database_url).path.lstrip("/")
+    db.execute(f'ALTER DATABASE "{name}" SET default_transaction_read_only = on')
+    app = create_app(load_settings({**environ, "RESEND_WEBHOOK_SECRET": RESEND_SECRET}))
+    try:
+        client = app.test_client()
+        stripe = post(client, stripe_events.event())
+        body = json.dumps({"type": "email.delivered", "data": {"email_id": "re_1"}})
+        stamp = datetime.now(UTC)
+        resend = client.post(
+            "/webhooks/resend",
+            data=body,
+            headers={
+                "svix-id": "msg_read_only",
+                "svix-timestamp": str(int(stamp.timestamp())),
+                "svix-signature": Webhook(RESEND_SECRET).sign("msg_read_only", stamp, body),
+            },
+        )
+        ready = client.get("/readyz")
+    finally:
+        app.extensions["receipts"].database.close()
+    for answer in (stripe, resend):
+        assert answer.status_code == 503, answer.get_data()[:300]
+        assert answer.json == {"error": "database unavailable, retry later"}
+    assert ready.status_code == 503
+    assert ready.json == {"status": "unavailable", "failing": "database", "reason": "read_only"}
+    assert outbox(db) == [] and events(db) == []
+
+
+def test_readyz_gives_a_short_reason_and_no_driver_text(environ: dict[str, str]) -> None:
+    """With the database unreachable, ``/readyz`` (open to anyone) names the failing
+    dependency and a short reason, never libpq's message (host, port, user)."""
+    environ["DATABASE_URL"] = "postgresql://postgres@127.0.0.1:1/receipts"
+    environ["RECEIPTS_DATABASE_TIMEOUT"] = "0.5"
+    app = create_app(load_settings(environ))
+    try:
+        ready = app.test_client().get("/readyz")
+    finally:
+        app.extensions["receipts"].database.close()
+    assert ready.status_code == 503
+    assert ready.json == {"status": "unavailable", "failing": "database", "reason": "unreachable"}

@@ -59,6 +59,7 @@ class Settings:
     log_format: str = "text"
     pool_max_size: int = 8
     database_timeout: float = 5.0
+    statement_timeout: float = 5.0  # seconds a webhook's database work may take (locks too)
 
 
 # (environment variable, Settings field) for every value that may be required.
@@ -109,6 +110,9 @@ def load_settings(environ: Mapping[str, str], *, required: Iterable[str] = ()) -
         log_format=reader.choice("LOG_FORMAT", ("text", "json"), "text"),
         pool_max_size=int(reader.number("RECEIPTS_POOL_MAX_SIZE", 8, minimum=1, maximum=100)),
         database_timeout=reader.number("RECEIPTS_DATABASE_TIMEOUT", 5.0, minimum=0.1),
+        statement_timeout=reader.number(
+            "RECEIPTS_STATEMENT_TIMEOUT", 5.0, minimum=0.1, maximum=60.0
+        ),
     )
     for variable in required:
         if not getattr(settings, REQUIRABLE[variable]):

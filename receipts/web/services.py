@@ -41,6 +41,7 @@ class Services:
             settings.database_url,
             max_size=settings.pool_max_size,
             timeout=settings.database_timeout,
+            work_timeout=settings.statement_timeout,
         )
         return cls(
             settings=settings,

@@ -25,6 +25,8 @@ from werkzeug.serving import make_server
 from receipts.config import load_settings
 from receipts.web import create_app
 from tests import stripe_events
+from tests.helpers import wait_for
+from tests.outbox_states import insert_row
 from tests.stripe_events import TEST_SECRET, encode, sign
 
 Row = dict[str, Any]
@@ -467,3 +469,88 @@ def test_readyz_gives_a_short_reason_and_no_driver_text(environ: dict[str, str])
         app.extensions["receipts"].database.close()
     assert ready.status_code == 503
     assert ready.json == {"status": "unavailable", "failing": "database", "reason": "unreachable"}
+
+
+def _signed_resend_post(client: FlaskClient, svix_id: str, email_id: str) -> Any:
+    body = json.dumps({"type": "email.delivered", "data": {"email_id": email_id}})
+    stamp = datetime.now(UTC)
+    return client.post(
+        "/webhooks/resend",
+        data=body,
+        headers={
+            "svix-id": svix_id,
+            "svix-timestamp": str(int(stamp.timestamp())),
+            "svix-signature": Webhook(RESEND_SECRET).sign(svix_id, stamp, body),
+        },
+    )
+
+
+@pytest.mark.parametrize("route", ["stripe", "resend"])
+def test_a_locked_table_answers_503_within_the_statement_timeout(
+    environ: dict[str, str], database_url: str, db: Any, route: str
+) -> None:
+    """A long migration or a stuck transaction holding a lock on the outbox used
+    to stall every webhook for as long as the lock was held (15 s observed),
+    outliving the sender's own timeout. With ``RECEIPTS_STATEMENT_TIMEOUT=1``
+    the delivery waits about a second, answers 503 in JSON (the sender
+    retries) and stores nothing; once the lock is gone the same delivery is
+    stored."""
+    settings = load_settings(
+        {**environ, "RESEND_WEBHOOK_SECRET": RESEND_SECRET, "RECEIPTS_STATEMENT_TIMEOUT": "1"}
+    )
+    app = create_app(settings)
+    client = app.test_client()
+    event = stripe_events.event()
+    insert_row(db, "in_1Locked", status="sent", provider_id="re_locked")
+
+    def deliver() -> Any:
+        if route == "stripe":
+            return post(client, event)
+        return _signed_resend_post(client, "msg_locked", "re_locked")
+
+    holder = psycopg.connect(database_url)
+    holder.execute("LOCK TABLE email_outbox IN ACCESS EXCLUSIVE MODE")
+    release = threading.Timer(8, holder.rollback)  # an unfixed build waits this long
+    release.start()
+    try:
+        started = time.monotonic()
+        locked = deliver()
+        waited = time.monotonic() - started
+    finally:
+        release.cancel()
+        holder.rollback()
+        holder.close()
+    try:
+        assert locked.status_code == 503, (waited, locked.get_data()[:300])
+        assert locked.json == {"error": "database unavailable, retry later"}
+        assert 0.9 < waited < 4
+        assert deliver().status_code == 200
+    finally:
+        app.extensions["receipts"].database.close()
+
+
+def test_stale_pooled_connections_do_not_fail_a_delivery(client: FlaskClient, db: Any) -> None:
+    """After a database restart every connection the pool kept is dead, and each
+    used to fail one request with 503 before the pool replaced it. A pooled
+    connection the server has closed is now noticed before use and replaced:
+    the first delivery and the first readiness check after the restart succeed."""
+    assert post(client, stripe_events.event()).status_code == 200
+    assert client.get("/readyz").status_code == 200
+    killed = db.execute(
+        "SELECT count(pg_terminate_backend(pid)) AS n FROM pg_stat_activity"
+        " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+    ).fetchone()
+    assert killed is not None and killed["n"] >= 1
+
+    def others() -> int:
+        row = db.execute(
+            "SELECT count(*) AS n FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        ).fetchone()
+        return int(row["n"]) if row else 0
+
+    wait_for(lambda: others() == 0, timeout=10, what="the terminated backends to exit")
+    time.sleep(0.1)  # their goodbye reaches the client sockets
+    assert post(client, stripe_events.event()).status_code == 200
+    assert client.get("/readyz").status_code == 200
+    assert len(outbox(db)) == 2

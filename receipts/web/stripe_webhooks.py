@@ -13,6 +13,7 @@ import logging
 import time
 
 from flask import Blueprint, Response, jsonify, request
+from werkzeug.exceptions import HTTPException
 
 from receipts.db import DatabaseUnavailable
 from receipts.ingest.events import (
@@ -27,6 +28,7 @@ from receipts.ingest.store import IngestResult, ingest
 from receipts.logs import log_fields
 from receipts.vocabulary import IngestOutcome
 from receipts.web import metrics
+from receipts.web.bodies import read_body
 from receipts.web.services import Services, services
 
 log = logging.getLogger("receipts.web")
@@ -42,6 +44,9 @@ def receive_stripe_event() -> tuple[Response, int]:
     started = time.perf_counter()
     try:
         response, status, event_type, outcome = _handle_stripe_event(started)
+    except HTTPException as error:
+        metrics.count_webhook("stripe", "unknown", "rejected", error.code or 500, started)
+        raise
     except Exception:
         # Flask answers 500; count it so the 5xx alert sees it.
         metrics.count_webhook("stripe", "unknown", "error", 500, started)
@@ -53,8 +58,8 @@ def receive_stripe_event() -> tuple[Response, int]:
 def _handle_stripe_event(started: float) -> _Answer:
     """Answer one delivery; also return its event type and outcome for the metrics."""
     svc = services()
-    body = request.get_data(cache=False)
     try:
+        body = read_body(request.environ, limit=svc.settings.max_body_bytes)
         text = verify_signature(
             body, request.headers.get("Stripe-Signature"), svc.settings.stripe_webhook_secrets
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import os
@@ -28,6 +29,8 @@ from receipts.web import create_app
 from tests import stripe_events
 from tests.outbox_states import Db, insert_attempt, insert_row
 from tests.stripe_events import TEST_SECRET, encode, sign
+
+RESEND_SECRET = "whsec_" + base64.b64encode(b"receipts-resend-test-secret-32by").decode()
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -255,3 +258,33 @@ def test_alert_rules_only_use_metrics_that_exist(client: FlaskClient, db: Db) ->
     rules = "\n".join(line for line in lines if not line.lstrip().startswith("#"))
     used = set(re.findall(r"\breceipts_[a-z0-9_]+", rules))
     assert used and used <= exported, used - exported
+
+
+@pytest.mark.parametrize("source", ["stripe", "resend"])
+def test_a_refused_oversized_delivery_is_counted_with_the_status_sent(
+    environ: dict[str, str], source: str
+) -> None:
+    """A body over RECEIPTS_MAX_BODY_BYTES is answered 413, and counted as 413: it
+    used to be counted as a 500, so one large POST fired the webhook-5xx alert."""
+    app = create_app(load_settings({**environ, "RESEND_WEBHOOK_SECRET": RESEND_SECRET}))
+    try:
+        client = app.test_client()
+        before = scrape(client)
+        body = b"{" + b" " * (1024 * 1024 + 10) + b"}"
+        response = client.post(f"/webhooks/{source}", data=body)
+        after = scrape(client)
+    finally:
+        app.extensions["receipts"].database.close()
+    assert response.status_code == 413 and response.is_json
+
+    def delta(code: str) -> float:
+        return sum(
+            value - before.get((name, labels), 0)
+            for (name, labels), value in after.items()
+            if name == "receipts_webhooks_total"
+            and ("source", source) in labels
+            and ("code", code) in labels
+        )
+
+    assert delta("413") == 1
+    assert delta("500") == 0

@@ -46,6 +46,7 @@ class Settings:
     template_dir: Path | None = None
     locale: str = "en_US"
     max_body_bytes: int = 1024 * 1024
+    body_timeout: float = 5.0  # seconds a client may take to send a webhook's whole body
     retry_cutoff_hours: float = 23.0
     max_attempts: int = 10
     lease_seconds: int = 120
@@ -97,6 +98,7 @@ def load_settings(environ: Mapping[str, str], *, required: Iterable[str] = ()) -
         template_dir=reader.directory("RECEIPTS_TEMPLATE_DIR"),
         locale=reader.locale("RECEIPTS_LOCALE", "en_US"),
         max_body_bytes=int(reader.number("RECEIPTS_MAX_BODY_BYTES", 1024 * 1024, minimum=1024)),
+        body_timeout=reader.number("RECEIPTS_BODY_TIMEOUT", 5.0, minimum=0.1, maximum=120.0),
         retry_cutoff_hours=reader.retry_cutoff("RECEIPTS_RETRY_CUTOFF_HOURS", 23.0),
         max_attempts=int(reader.number("RECEIPTS_MAX_ATTEMPTS", 10, minimum=1, maximum=1000)),
         lease_seconds=int(reader.number("RECEIPTS_LEASE_SECONDS", 120, minimum=15)),

@@ -86,6 +86,10 @@ def _verified_event() -> DeliveryEvent:
     verifier = svc.resend_verifier
     if verifier is None:
         raise RejectedDelivery(503, _UNCONFIGURED)
-    body = read_body(request.environ, limit=svc.settings.max_body_bytes)
+    body = read_body(
+        request.environ,
+        limit=svc.settings.max_body_bytes,
+        timeout=svc.settings.body_timeout,
+    )
     headers = {name: request.headers.get(name, "") for name in SIGNATURE_HEADERS}
     return verified_event(verifier, body, headers)

@@ -59,7 +59,11 @@ def _handle_stripe_event(started: float) -> _Answer:
     """Answer one delivery; also return its event type and outcome for the metrics."""
     svc = services()
     try:
-        body = read_body(request.environ, limit=svc.settings.max_body_bytes)
+        body = read_body(
+            request.environ,
+            limit=svc.settings.max_body_bytes,
+            timeout=svc.settings.body_timeout,
+        )
         text = verify_signature(
             body, request.headers.get("Stripe-Signature"), svc.settings.stripe_webhook_secrets
         )

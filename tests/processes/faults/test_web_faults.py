@@ -187,7 +187,7 @@ def test_redelivery_storm_of_200_concurrent_deliveries_makes_20_rows(
     database_url: str, db: Db, start_gunicorn: type[Gunicorn]
 ) -> None:
     """20 paid invoices, each event delivered 10 times, all 200 deliveries in
-    flight at once against gunicorn (2 workers x 4 threads, as deployed): every
+    flight at once against gunicorn (2 workers x 4 threads, so they queue): every
     delivery gets 200, there are exactly 20 rows, and each event counts 10."""
     server = start_gunicorn(web_environ(database_url)).start()
     events = [stripe_events.event(stripe_events.invoice(id=f"in_1Storm{n:02d}")) for n in range(20)]

@@ -536,20 +536,23 @@ def test_stale_pooled_connections_do_not_fail_a_delivery(client: FlaskClient, db
     the first delivery and the first readiness check after the restart succeed."""
     assert post(client, stripe_events.event()).status_code == 200
     assert client.get("/readyz").status_code == 200
-    killed = db.execute(
-        "SELECT count(pg_terminate_backend(pid)) AS n FROM pg_stat_activity"
-        " WHERE datname = current_database() AND pid <> pg_backend_pid()"
-    ).fetchone()
-    assert killed is not None and killed["n"] >= 1
-
-    def others() -> int:
-        row = db.execute(
-            "SELECT count(*) AS n FROM pg_stat_activity"
+    killed = [
+        row["pid"]
+        for row in db.execute(
+            "SELECT pid FROM pg_stat_activity"
             " WHERE datname = current_database() AND pid <> pg_backend_pid()"
-        ).fetchone()
-        return int(row["n"]) if row else 0
+        ).fetchall()
+    ]
+    assert killed
+    db.execute("SELECT pg_terminate_backend(pid) FROM unnest(%s::int[]) AS pid", (killed,))
 
-    wait_for(lambda: others() == 0, timeout=10, what="the terminated backends to exit")
+    def still_running() -> bool:
+        row = db.execute(
+            "SELECT count(*) AS n FROM pg_stat_activity WHERE pid = ANY(%s)", (killed,)
+        ).fetchone()
+        return bool(row and row["n"])
+
+    wait_for(lambda: not still_running(), timeout=10, what="the terminated backends to exit")
     time.sleep(0.1)  # their goodbye reaches the client sockets
     assert post(client, stripe_events.event()).status_code == 200
     assert client.get("/readyz").status_code == 200

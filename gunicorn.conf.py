@@ -36,11 +36,23 @@ threads = int(os.environ.get("GUNICORN_THREADS", "64"))
 
 
 def on_starting(server: Any) -> None:
-    """Counters of an earlier run must not be merged into this one."""
+    """Counters of an earlier run must not be merged into this one; and with
+    RECEIPTS_METRICS_PORT, listen on that private port too, next to whatever
+    ``bind`` (or ``--bind``) says: /metrics answers there without a token."""
     directory = Path(os.environ["PROMETHEUS_MULTIPROC_DIR"])
     directory.mkdir(parents=True, exist_ok=True)
     for stale in directory.glob("*.db"):
         stale.unlink()
+    from receipts.config import ConfigError, metrics_address
+
+    try:
+        private = metrics_address(os.environ)
+    except ConfigError as error:
+        raise SystemExit(f"receipts: configuration error: {error}") from None
+    if private is not None:
+        host, port = private
+        address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        server.cfg.set("bind", [*server.cfg.bind, address])
 
 
 def child_exit(server: Any, worker: Any) -> None:

@@ -24,6 +24,10 @@ from receipts.migrations import migrate
 from receipts.web import create_app
 from tests.stripe_events import TEST_SECRET
 
+# /metrics needs a token unless it is scraped on its own port (tests/db/test_metrics.py).
+METRICS_TOKEN = "metrics-token-for-tests"
+METRICS_AUTH = {"Authorization": f"Bearer {METRICS_TOKEN}"}
+
 _database_numbers = itertools.count(1)
 
 
@@ -87,6 +91,7 @@ def environ(database_url: str) -> dict[str, str]:
         "DATABASE_URL": database_url,
         "STRIPE_WEBHOOK_SECRET": TEST_SECRET,
         "EMAIL_FROM": "Billing <billing@example.com>",
+        "RECEIPTS_METRICS_TOKEN": METRICS_TOKEN,
     }
 
 

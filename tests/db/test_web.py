@@ -557,3 +557,20 @@ def test_stale_pooled_connections_do_not_fail_a_delivery(client: FlaskClient, db
     assert post(client, stripe_events.event()).status_code == 200
     assert client.get("/readyz").status_code == 200
     assert len(outbox(db)) == 2
+
+
+@pytest.mark.parametrize(
+    ("ahead", "status"), [(10 * 365 * 86400, 400), (301 + 5, 400), (200, 200)], ids=repr
+)
+def test_a_signature_timestamped_in_the_future_beyond_the_tolerance_is_refused(
+    client: FlaskClient, db: Any, ahead: int, status: int
+) -> None:
+    """Stripe's library only refuses timestamps too far in the past, so a
+    signature dated ten years ahead was accepted (a captured delivery signed
+    for the future stays replayable). A timestamp more than 300 s ahead is
+    refused like a stale one; a clock a little ahead is still accepted."""
+    response = post(client, stripe_events.event(), timestamp=int(time.time()) + ahead)
+    assert response.status_code == status
+    if status == 400:
+        assert response.json == {"error": "signature timestamp outside the 300 s tolerance"}
+        assert events(db) == []

@@ -51,6 +51,7 @@ class Settings:
     locale: str = "en_US"
     timezone: str = "UTC"
     max_body_bytes: int = 1024 * 1024
+    body_timeout: float = 5.0  # seconds a client may take to send a webhook's whole body
     retry_cutoff_hours: float = 23.0
     max_attempts: int = 10
     lease_seconds: int = 120
@@ -61,9 +62,12 @@ class Settings:
     max_pending_age: float = 900.0  # seconds; `receipts status` fails past this
     metrics_enabled: bool = True
     metrics_token: str | None = None
+    metrics_port: int | None = None  # a private port serving /metrics without a token
+    metrics_host: str = "127.0.0.1"
     log_format: str = "text"
     pool_max_size: int = 8
     database_timeout: float = 5.0
+    statement_timeout: float = 5.0  # seconds a webhook's database work may take (locks too)
 
 
 # (environment variable, Settings field) for every value that may be required.
@@ -83,6 +87,7 @@ WORKER_REQUIRES = ("DATABASE_URL", "RESEND_API_KEY")
 def load_settings(environ: Mapping[str, str], *, required: Iterable[str] = ()) -> Settings:
     """Parse every known variable; raise ConfigError for a bad or missing one."""
     reader = _Reader(environ)
+    metrics_listen = metrics_address(environ) or ("127.0.0.1", None)
     settings = Settings(
         database_url=reader.database_url("DATABASE_URL"),
         stripe_webhook_secrets=reader.secrets("STRIPE_WEBHOOK_SECRET", prefix="whsec_"),
@@ -105,6 +110,7 @@ def load_settings(environ: Mapping[str, str], *, required: Iterable[str] = ()) -
         locale=reader.locale("RECEIPTS_LOCALE", "en_US"),
         timezone=reader.timezone("RECEIPTS_TIMEZONE", "UTC"),
         max_body_bytes=int(reader.number("RECEIPTS_MAX_BODY_BYTES", 1024 * 1024, minimum=1024)),
+        body_timeout=reader.number("RECEIPTS_BODY_TIMEOUT", 5.0, minimum=0.1, maximum=120.0),
         retry_cutoff_hours=reader.retry_cutoff("RECEIPTS_RETRY_CUTOFF_HOURS", 23.0),
         max_attempts=int(reader.number("RECEIPTS_MAX_ATTEMPTS", 10, minimum=1, maximum=1000)),
         lease_seconds=int(reader.number("RECEIPTS_LEASE_SECONDS", 120, minimum=15)),
@@ -115,14 +121,32 @@ def load_settings(environ: Mapping[str, str], *, required: Iterable[str] = ()) -
         max_pending_age=reader.number("RECEIPTS_MAX_PENDING_AGE", 900.0, minimum=1.0),
         metrics_enabled=reader.flag("RECEIPTS_METRICS_ENABLED", True),
         metrics_token=reader.text("RECEIPTS_METRICS_TOKEN"),
+        metrics_host=metrics_listen[0],
+        metrics_port=metrics_listen[1],
         log_format=reader.choice("LOG_FORMAT", ("text", "json"), "text"),
         pool_max_size=int(reader.number("RECEIPTS_POOL_MAX_SIZE", 8, minimum=1, maximum=100)),
         database_timeout=reader.number("RECEIPTS_DATABASE_TIMEOUT", 5.0, minimum=0.1),
+        statement_timeout=reader.number(
+            "RECEIPTS_STATEMENT_TIMEOUT", 5.0, minimum=0.1, maximum=60.0
+        ),
     )
     for variable in required:
         if not getattr(settings, REQUIRABLE[variable]):
             raise ConfigError(variable, "is required but not set")
     return settings
+
+
+def metrics_address(environ: Mapping[str, str]) -> tuple[str, int] | None:
+    """``RECEIPTS_METRICS_PORT`` as (host, port): ``9100`` is 127.0.0.1:9100,
+    ``0.0.0.0:9100`` any interface; None when unset. gunicorn.conf.py listens there."""
+    name = "RECEIPTS_METRICS_PORT"
+    raw = environ.get(name, "").strip()
+    if not raw:
+        return None
+    host, _, port = raw.rpartition(":")
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(name, f"must be a port, or HOST:PORT, got {raw!r}")
+    return host.strip("[]") or "127.0.0.1", int(port)
 
 
 class _Reader:

@@ -7,20 +7,33 @@ so the pool opens without waiting and every borrow has a short timeout.
 
 from __future__ import annotations
 
+import select
 import threading
+import time
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
 from typing import Any
 
 import psycopg
+import psycopg.errors
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from receipts import queries
+from receipts import deadlines, queries
 
 
 class DatabaseUnavailable(Exception):
-    """No connection could be had, or the one we had broke mid-transaction."""
+    """The database cannot do this work now; retrying later may succeed.
+
+    ``reason`` is a short word safe to show anyone (``/readyz``): ``unreachable``
+    (no connection, or it broke), ``read_only`` (the server refuses writes, as a
+    standby does after a failover) or ``timeout`` (a lock or statement took
+    longer than allowed). The message, for logs, may carry the driver's text.
+    """
+
+    def __init__(self, message: str, reason: str = "unreachable") -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 def describe_error(error: BaseException) -> str:
@@ -35,10 +48,18 @@ Connection = psycopg.Connection[dict[str, Any]]
 class Database:
     """A connection pool opened on first use, safe to create before forking."""
 
-    def __init__(self, url: str, *, max_size: int = 8, timeout: float = 5.0) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        max_size: int = 8,
+        timeout: float = 5.0,
+        work_timeout: float | None = None,
+    ) -> None:
         self.url = url
         self._max_size = max_size
         self._timeout = timeout
+        self._work_timeout = work_timeout
         self._pool: ConnectionPool[Connection] | None = None
         self._lock = threading.Lock()
 
@@ -83,23 +104,91 @@ class Database:
     def _borrowed(self) -> Iterator[Connection]:
         pool = self._open_pool()
         try:
-            with pool.connection() as conn:
-                yield conn
+            conn = self._live_connection(pool)
+            try:
+                # as pool.connection(): commit, or roll back on error
+                with conn, self._time_limit(conn):
+                    yield conn
+            finally:
+                pool.putconn(conn)
         except PoolTimeout as exc:
             raise DatabaseUnavailable(f"no database connection within {self._timeout:g} s") from exc
+        except psycopg.errors.ReadOnlySqlTransaction as exc:
+            raise DatabaseUnavailable(describe_error(exc), "read_only") from exc
+        except (psycopg.errors.QueryCanceled, psycopg.errors.LockNotAvailable) as exc:
+            limit = f" (limit {self._work_timeout:g} s)" if self._work_timeout else ""
+            raise DatabaseUnavailable(describe_error(exc) + limit, "timeout") from exc
         except psycopg.OperationalError as exc:
             raise DatabaseUnavailable(describe_error(exc)) from exc
 
-    def ping(self) -> None:
-        """Raise DatabaseUnavailable unless a trivial query succeeds (``health.sql``: ``ping``)."""
+    def _time_limit(self, conn: Connection) -> AbstractContextManager[object]:
+        """Cancel what runs on ``conn`` once the work timeout has passed.
+
+        A lock held by a long migration or a stuck transaction would otherwise
+        hold a webhook (and its thread) for as long as it lasts, past the
+        sender's own timeout. The cancel comes from this process's deadline
+        thread (:mod:`receipts.deadlines`), so the usual borrow costs no round
+        trip, unlike ``SET LOCAL lock_timeout`` in a transaction around the
+        one-statement ingest; it works through PgBouncer, which forwards
+        cancel requests. The cancelled statement fails with QueryCanceled.
+        """
+        if not self._work_timeout:
+            return nullcontext()
+        return deadlines.after(self._work_timeout, lambda: conn.cancel_safe(timeout=5.0))
+
+    def _live_connection(self, pool: ConnectionPool[Connection]) -> Connection:
+        """A pooled connection the server has not closed meanwhile.
+
+        After a database restart every connection the pool kept is dead, and
+        each would fail one request before the pool noticed. Closed ones are
+        handed back (the pool replaces them) and the next is tried, within the
+        one borrow timeout.
+        """
+        deadline = time.monotonic() + self._timeout
+        while True:
+            conn = pool.getconn(timeout=max(0.001, deadline - time.monotonic()))
+            if still_open(conn):
+                return conn
+            conn.close()
+            pool.putconn(conn)
+
+    def check_ready(self) -> None:
+        """Raise DatabaseUnavailable unless the database answers and accepts writes.
+
+        ``health.sql: accepts_writes`` reads no table: a standby, or a server
+        set to read-only transactions, answers false.
+        """
         with self.transaction() as conn:
-            conn.execute(queries.load("health")["ping"])
+            row = conn.execute(queries.load("health")["accepts_writes"]).fetchone()
+        if not (row and row["writable"]):
+            raise DatabaseUnavailable("the database accepts no writes", "read_only")
 
     def close(self) -> None:
         with self._lock:
             if self._pool is not None:
                 self._pool.close()
                 self._pool = None
+
+
+def still_open(conn: Connection) -> bool:
+    """False if the server closed this idle connection since its last use.
+
+    An idle connection has nothing to read: a server that restarted, or a
+    network path that was reset, leaves a goodbye or an end of file that
+    makes the socket readable. Only then does a round trip decide, so the
+    usual borrow costs no round trip.
+    """
+    if conn.closed:
+        return False
+    poller = select.poll()
+    poller.register(conn.fileno(), select.POLLIN)
+    if not poller.poll(0):
+        return True
+    try:
+        ConnectionPool.check_connection(conn)
+    except psycopg.Error:
+        return False
+    return True
 
 
 def connect(url: str, *, autocommit: bool = False) -> Connection:

@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 MIGRATION_LOCK_ID = 0x7265636569707473
 
 _MIGRATIONS = queries.load("migrations")
-_FILE_NAME = re.compile(r"^(\d{3})_[a-z0-9_]+\.sql$")
+_FILE_NAME = re.compile(r"(\d{3})_[a-z0-9_]+\.sql")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -46,7 +46,7 @@ def load_migrations(directory: Path | None = None) -> list[Migration]:
     directory = directory or migrations_dir()
     found = []
     for path in sorted(directory.glob("*.sql")):
-        match = _FILE_NAME.match(path.name)
+        match = _FILE_NAME.fullmatch(path.name)
         if match is None:
             continue
         found.append(

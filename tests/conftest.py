@@ -26,6 +26,11 @@ from tests.databases import DatabasePool, run_id, shared_embedded_server
 from tests.helpers import root_logger_restored
 from tests.stripe_events import TEST_SECRET
 
+# /metrics needs a token unless it is scraped on its own port (tests/db/test_metrics.py).
+METRICS_TOKEN = "metrics-token-for-tests"
+METRICS_AUTH = {"Authorization": f"Bearer {METRICS_TOKEN}"}
+
+
 # Tests that start real processes run one at a time within their group, as the
 # whole suite once ran: each kills, holds or slows processes and watches what
 # they do meanwhile, so tests of one group must not compete with each other for
@@ -128,6 +133,7 @@ def environ(database_url: str) -> dict[str, str]:
         "DATABASE_URL": database_url,
         "STRIPE_WEBHOOK_SECRET": TEST_SECRET,
         "EMAIL_FROM": "Billing <billing@example.com>",
+        "RECEIPTS_METRICS_TOKEN": METRICS_TOKEN,
     }
 
 

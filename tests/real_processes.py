@@ -31,11 +31,12 @@ PROVIDER_KEY = "re_fault_lab"
 
 @dataclass
 class Gunicorn:
-    """``gunicorn wsgi:app`` as deployed (Procfile settings), on a free local port."""
+    """``gunicorn wsgi:app`` as deployed (Procfile settings, ``gunicorn.conf.py``), on a
+    free local port; ``threads=None`` keeps the shipped thread count."""
 
     environ: Mapping[str, str]
     workers: int = 2
-    threads: int = 4
+    threads: int | None = 4  # None: the shipped gunicorn.conf.py's threads
     port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None
 
@@ -51,8 +52,7 @@ class Gunicorn:
             f"127.0.0.1:{self.port}",
             "--workers",
             str(self.workers),
-            "--threads",
-            str(self.threads),
+            *(["--threads", str(self.threads)] if self.threads is not None else []),
             "--graceful-timeout",
             "1",
         ]

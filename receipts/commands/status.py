@@ -22,13 +22,13 @@ from receipts.operations.snapshot import read_only_snapshot
 from receipts.operations.status_summary import Status, read_status
 from receipts.operations.stripe_status import read_stripe_status, stripe_lines, stripe_problems
 
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smh]?)$")
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)([smh]?)")
 _UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600}
 
 
 def parse_duration(text: str) -> float:
     """``90``, ``90s``, ``15m`` or ``2h`` as seconds."""
-    match = _DURATION.match(text.strip())
+    match = _DURATION.fullmatch(text.strip())
     if match is None:
         raise argparse.ArgumentTypeError(f"not a duration: {text!r} (use e.g. 900, 15m or 1h)")
     return float(match.group(1)) * _UNIT_SECONDS[match.group(2)]

@@ -160,13 +160,13 @@ def _json_object(body: bytes) -> dict[str, Any]:
     return document if isinstance(document, dict) else {}
 
 
-_ERROR_NAME = re.compile(r"^[a-z0-9_]{1,64}$")
+_ERROR_NAME = re.compile(r"[a-z0-9_]{1,64}")
 
 
 def _error_name(document: dict[str, Any], status: int) -> str:
     """The provider's machine-readable error name; never its free-text message."""
     name = document.get("name")
-    if isinstance(name, str) and _ERROR_NAME.match(name):
+    if isinstance(name, str) and _ERROR_NAME.fullmatch(name):
         return name
     return f"http_{status}"
 

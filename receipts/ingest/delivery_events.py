@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import binascii
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -87,6 +88,11 @@ def verified_event(verifier: Webhook, body: bytes, headers: Mapping[str, str]) -
     return parse(body, signed["svix-id"])
 
 
+# Text no column can store (NUL, lone surrogates) or that has no business in
+# an id, a type or a tag (control characters).
+_UNSTORABLE = re.compile("[\x00-\x1f\x7f\ud800-\udfff]")
+
+
 def parse(body: bytes, svix_id: str) -> DeliveryEvent:
     """The fields we keep of a verified body; RejectedDelivery (400) if it is no Resend event."""
     try:
@@ -102,12 +108,19 @@ def parse(body: bytes, svix_id: str) -> DeliveryEvent:
     if email_id is not None and not isinstance(email_id, str):
         raise RejectedDelivery(400, "'data.email_id' is not a string")
     return DeliveryEvent(
-        svix_id=svix_id[:200],
-        event_type=document["type"][:100],
-        email_id=email_id[:200] if email_id else None,
+        svix_id=_storable(svix_id, "svix-id", 200),
+        event_type=_storable(document["type"], "type", 100),
+        email_id=_storable(email_id, "data.email_id", 200) if email_id else None,
         occurred_at=_timestamp(document.get("created_at")),
         message_tag=_message_tag(data.get("tags")),
     )
+
+
+def _storable(value: str, field: str, limit: int) -> str:
+    """``value`` cut to ``limit``; RejectedDelivery (400) if it holds unstorable text."""
+    if _UNSTORABLE.search(value):
+        raise RejectedDelivery(400, f"{field!r} holds control characters or invalid Unicode")
+    return value[:limit]
 
 
 def _message_tag(tags: Any) -> str | None:
@@ -125,7 +138,7 @@ def _message_tag(tags: Any) -> str | None:
         )
     else:
         value = None
-    return value[:256] if isinstance(value, str) else None
+    return _storable(value, "message_key tag", 256) if isinstance(value, str) else None
 
 
 def _timestamp(value: Any) -> datetime | None:

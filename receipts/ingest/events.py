@@ -3,7 +3,9 @@
 The signature is checked over the raw request bytes, before any JSON parsing,
 against every configured secret (rotation, and separate platform and Connect
 endpoints). ``stripe.WebhookSignature.verify_header`` does the check; we pass
-the tolerance explicitly because its default checks no timestamp at all.
+the tolerance explicitly because its default checks no timestamp at all, and
+refuse timestamps more than the tolerance ahead ourselves, since it only
+checks the past.
 
 :func:`parse_event` then checks the envelope every event must carry (id, type,
 livemode, account, ``data.object``): the account and livemode it yields are
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -21,10 +24,11 @@ from typing import Any
 import stripe
 
 TOLERANCE_SECONDS = 300
+_OUTSIDE_TOLERANCE = f"signature timestamp outside the {TOLERANCE_SECONDS} s tolerance"
 
 # Stripe object ids (evt_…, acct_…, in_…) and event types, as far as we accept them.
-STRIPE_ID = re.compile(r"^[A-Za-z0-9_]{1,200}$")
-_EVENT_TYPE = re.compile(r"^[a-z0-9_.]{1,100}$")
+STRIPE_ID = re.compile(r"[A-Za-z0-9_]{1,200}")
+_EVENT_TYPE = re.compile(r"[a-z0-9_.]{1,100}")
 
 
 class RejectedDelivery(Exception):
@@ -48,16 +52,27 @@ def verify_signature(body: bytes, header: str | None, secrets: Sequence[str]) ->
     for secret in secrets:
         try:
             stripe.WebhookSignature.verify_header(text, header, secret, TOLERANCE_SECONDS)
-            return text
         except stripe.SignatureVerificationError as exc:
             failures.append(str(exc))
+            continue
+        if _signed_at(header) > time.time() + TOLERANCE_SECONDS:
+            # verify_header only refuses the past: a signature dated ahead would
+            # keep a captured delivery replayable until that date.
+            raise RejectedDelivery(400, _OUTSIDE_TOLERANCE)
+        return text
     raise RejectedDelivery(400, _describe(failures))
+
+
+def _signed_at(header: str) -> int:
+    """The signed ``t=`` of a header ``verify_header`` accepted, parsed as it parses it."""
+    items = [item.split("=", 2) for item in header.split(",")]
+    return int(next(item[1] for item in items if item[0] == "t"))
 
 
 def _describe(failures: list[str]) -> str:
     """One short reason; a stale but correctly signed delivery says so."""
     if any("tolerance" in failure for failure in failures):
-        return "signature timestamp outside the 300 s tolerance"
+        return _OUTSIDE_TOLERANCE
     if any("Unable to extract" in failure for failure in failures):
         return "malformed Stripe-Signature header"
     if any("expected scheme" in failure for failure in failures):
@@ -65,17 +80,40 @@ def _describe(failures: list[str]) -> str:
     return "no signature matches a configured secret"
 
 
+# Stripe's events nest about ten levels deep. A deeper body is refused before
+# anything walks it recursively (the fingerprint, the stored payload): Python's
+# recursion limit is near 1,000 and the JSON parser accepts almost that much.
+MAX_DEPTH = 64
+
 # JSON may escape a lone UTF-16 surrogate ("\ud800") that no database text
-# column can store; only bodies containing such an escape pay for a full check.
+# column can store. Once parsed, any surrogate code point left is a lone one.
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89abcdefABCDEF]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
-def _has_lone_surrogate(event: object) -> bool:
-    try:
-        json.dumps(event, ensure_ascii=False).encode("utf-8")
-    except UnicodeEncodeError:
-        return True
-    return False
+def _check_shape(text: str, event: object) -> None:
+    """Refuse nesting beyond MAX_DEPTH and lone surrogates, without recursion.
+
+    Only bodies that could hold either pay for the walk: more brackets than
+    the depth bound, or a surrogate escape somewhere in the text.
+    """
+    could_nest = text.count("[") + text.count("{") > MAX_DEPTH
+    could_hold_surrogate = _SURROGATE_ESCAPE.search(text) is not None
+    if not (could_nest or could_hold_surrogate):
+        return
+    pending: list[tuple[object, int]] = [(event, 1)]
+    while pending:
+        value, depth = pending.pop()
+        if isinstance(value, str):
+            if could_hold_surrogate and _SURROGATE.search(value):
+                raise RejectedDelivery(400, "body contains a \\u escape that is not valid Unicode")
+            continue
+        if not isinstance(value, dict | list):
+            continue
+        if depth > MAX_DEPTH:
+            raise RejectedDelivery(400, f"body nests deeper than {MAX_DEPTH} levels")
+        items = [*value.keys(), *value.values()] if isinstance(value, dict) else value
+        pending.extend((item, depth + 1) for item in items)
 
 
 def decode_event(text: str) -> tuple[EventHeader, dict[str, Any]]:
@@ -84,8 +122,7 @@ def decode_event(text: str) -> tuple[EventHeader, dict[str, Any]]:
         event = json.loads(text)
     except (ValueError, RecursionError):
         raise RejectedDelivery(400, "body is not JSON") from None
-    if _SURROGATE_ESCAPE.search(text) and _has_lone_surrogate(event):
-        raise RejectedDelivery(400, "body contains a \\u escape that is not valid Unicode")
+    _check_shape(text, event)
     try:
         header = parse_event(event)
     except MalformedEvent as exc:
@@ -121,11 +158,11 @@ def parse_event(event: object) -> EventHeader:
     if (
         not isinstance(event_id, str)
         or not event_id.startswith("evt_")
-        or not STRIPE_ID.match(event_id)
+        or not STRIPE_ID.fullmatch(event_id)
     ):
         raise MalformedEvent("event has no valid 'id'")
     event_type = event.get("type")
-    if not isinstance(event_type, str) or not _EVENT_TYPE.match(event_type):
+    if not isinstance(event_type, str) or not _EVENT_TYPE.fullmatch(event_type):
         raise MalformedEvent("event has no valid 'type'")
     livemode = event.get("livemode")
     if not isinstance(livemode, bool):
@@ -136,7 +173,7 @@ def parse_event(event: object) -> EventHeader:
     elif (
         not isinstance(account, str)
         or not account.startswith("acct_")
-        or not STRIPE_ID.match(account)
+        or not STRIPE_ID.fullmatch(account)
     ):
         raise MalformedEvent("event 'account' is not a Connect account id")
     data = event.get("data")

@@ -157,7 +157,7 @@ def derive_receipt(
     if (
         not isinstance(invoice_id, str)
         or not invoice_id.startswith("in_")
-        or not _STRIPE_ID.match(invoice_id)
+        or not _STRIPE_ID.fullmatch(invoice_id)
     ):
         raise MalformedEvent("invoice.paid event has no valid invoice id in 'data.object.id'")
     if invoice.get("status") != "paid":

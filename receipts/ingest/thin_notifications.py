@@ -23,8 +23,8 @@ from receipts.stripe_api.client import Scope
 
 INVOICE_PAID = "v1.invoice.paid"
 THIN_OBJECT = "v2.core.event"
-_ID = re.compile(r"^[A-Za-z0-9_]{1,200}$")
-_TYPE = re.compile(r"^[a-z0-9_.]{1,100}$")
+_ID = re.compile(r"[A-Za-z0-9_]{1,200}")
+_TYPE = re.compile(r"[a-z0-9_.]{1,100}")
 # parse_event_notification binds each notification to a client for its fetch
 # helpers; without STRIPE_API_KEY nothing is fetched, so no real key is needed.
 PARSE_ONLY_KEY = "sk_parse_only_no_requests"
@@ -102,14 +102,18 @@ def parse(text: str, parser: stripe.StripeClient) -> Notification:
 
 
 def _problem(event_id: object, event_type: object, body: Any, invoice_id: object) -> str | None:
-    if not isinstance(event_id, str) or not event_id.startswith("evt_") or not _ID.match(event_id):
+    if (
+        not isinstance(event_id, str)
+        or not event_id.startswith("evt_")
+        or not _ID.fullmatch(event_id)
+    ):
         return "no valid 'id'"
-    if not isinstance(event_type, str) or not _TYPE.match(event_type):
+    if not isinstance(event_type, str) or not _TYPE.fullmatch(event_type):
         return "no valid 'type'"
     if not isinstance(body.get("livemode"), bool):
         return "no boolean 'livemode'"
     if event_type == INVOICE_PAID and not (
-        isinstance(invoice_id, str) and invoice_id.startswith("in_") and _ID.match(invoice_id)
+        isinstance(invoice_id, str) and invoice_id.startswith("in_") and _ID.fullmatch(invoice_id)
     ):
         return "'related_object.id' is not an invoice id"
     return None
@@ -120,7 +124,7 @@ def _account(context: str | None) -> str | None:
     if not context:
         return "platform"
     last = context.split("/")[-1]
-    return last if last.startswith("acct_") and _ID.match(last) else None
+    return last if last.startswith("acct_") and _ID.fullmatch(last) else None
 
 
 def _timestamp(created: object) -> int | None:

@@ -37,9 +37,9 @@ _IMPORTS = queries.load("imports")
 COLUMNS = ("invoice_id", "account", "mode", "sent_at", "provider_id")
 IMPORTED_SOURCE_EVENT = "import"
 
-_INVOICE_ID = re.compile(r"^in_[A-Za-z0-9_]{1,200}$")
-_ACCOUNT = re.compile(r"^(platform|acct_[A-Za-z0-9_]{1,200})$")
-_PROVIDER_ID = re.compile(r"^[\x21-\x7e]{1,200}$")
+_INVOICE_ID = re.compile(r"in_[A-Za-z0-9_]{1,200}")
+_ACCOUNT = re.compile(r"platform|acct_[A-Za-z0-9_]{1,200}")
+_PROVIDER_ID = re.compile(r"[\x21-\x7e]{1,200}")
 
 
 class ImportRejected(Exception):
@@ -119,14 +119,14 @@ def _parse_line(line: int, fields: list[str], now: datetime) -> SentReceipt:
     if len(fields) != len(COLUMNS):
         raise ValueError(f"expected {len(COLUMNS)} fields, got {len(fields)}")
     invoice_id, account, mode, sent_at_text, provider_id = (field.strip() for field in fields)
-    if not _INVOICE_ID.match(invoice_id):
+    if not _INVOICE_ID.fullmatch(invoice_id):
         raise ValueError(f"invoice_id {shown(invoice_id)} is not a Stripe invoice id (in_…)")
-    if not _ACCOUNT.match(account):
+    if not _ACCOUNT.fullmatch(account):
         raise ValueError(f"account {shown(account)} must be 'platform' or a Connect id (acct_…)")
     if mode not in ("live", "test"):
         raise ValueError(f"mode {shown(mode)} must be live or test")
     sent_at = parse_sent_at(sent_at_text, label="sent_at", now=now)
-    if provider_id and not _PROVIDER_ID.match(provider_id):
+    if provider_id and not _PROVIDER_ID.fullmatch(provider_id):
         raise ValueError("provider_id must be printable ASCII without spaces, 200 at most")
     try:
         key = message_key(account, mode == "live", invoice_id)

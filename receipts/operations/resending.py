@@ -21,7 +21,7 @@ from receipts.operations.review import Decider, Refused, record_action, wake_wor
 from receipts.vocabulary import RowStatus
 
 _REVIEW = queries.load("review")
-_RESEND_SUFFIX = re.compile(r"/resend-(\d+)$")
+_RESEND_SUFFIX = re.compile(r"/resend-(\d+)\Z")
 # A receipt in these states is still on its way to the provider.
 _UNFINISHED = (RowStatus.PENDING, RowStatus.PROCESSING)
 

@@ -27,15 +27,15 @@ from receipts.logs import configure_logging
 from receipts.stripe_api.client import BATCH, Scope, StripeApi
 from receipts.vocabulary import NOTIFY_CHANNEL
 
-_DURATION = re.compile(r"^(\d+)([mhd])$")
+_DURATION = re.compile(r"(\d+)([mhd])")
 _UNIT_SECONDS = {"m": 60, "h": 3600, "d": 86400}
-_ACCOUNT = re.compile(r"^acct_[A-Za-z0-9]{1,200}$")
+_ACCOUNT = re.compile(r"acct_[A-Za-z0-9]{1,200}")
 PROGRESS_EVERY_SECONDS = 5.0
 
 
 def duration(text: str) -> int:
     """``30m``, ``72h`` or ``7d`` as seconds (argparse type)."""
-    match = _DURATION.match(text.strip())
+    match = _DURATION.fullmatch(text.strip())
     if match is None or int(match.group(1)) == 0:
         raise argparse.ArgumentTypeError(f"not a duration: {text!r} (use e.g. 72h or 7d)")
     return int(match.group(1)) * _UNIT_SECONDS[match.group(2)]
@@ -43,7 +43,7 @@ def duration(text: str) -> int:
 
 def account_id(text: str) -> str:
     """A Connect account id (argparse type)."""
-    if not _ACCOUNT.match(text.strip()):
+    if not _ACCOUNT.fullmatch(text.strip()):
         raise argparse.ArgumentTypeError(f"not a Connect account id: {text!r} (acct_…)")
     return text.strip()
 

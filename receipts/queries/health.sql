@@ -1,3 +1,3 @@
--- name: ping
--- Succeeds only when the database answers a query; reads no table.
-SELECT 1
+-- name: accepts_writes
+-- True only when this session may write: false on a standby or with read-only transactions.
+SELECT current_setting('transaction_read_only') = 'off' AND NOT pg_is_in_recovery() AS writable

@@ -13,6 +13,7 @@ import os
 from collections.abc import Mapping
 
 from flask import Flask, Response, jsonify
+from werkzeug.exceptions import HTTPException
 
 from receipts.config import WEB_REQUIRES, Settings, load_settings
 from receipts.web import health, metrics, resend_webhooks, services, stripe_webhooks
@@ -32,8 +33,21 @@ def create_app(
     app.register_blueprint(resend_webhooks.blueprint)
     metrics.init_app(app, settings, shared.database)
     app.register_error_handler(413, _too_large)
+    app.register_error_handler(HTTPException, _http_error)
+    app.register_error_handler(500, _internal_error)
     return app
 
 
 def _too_large(_error: Exception) -> tuple[Response, int]:
     return jsonify(error="body too large"), 413
+
+
+def _http_error(error: HTTPException) -> tuple[Response, int]:
+    """Every answer is a small JSON document, errors included (senders log the body)."""
+    code = error.code or 500
+    return jsonify(error=(error.name or "error").lower()), code
+
+
+def _internal_error(_error: Exception) -> tuple[Response, int]:
+    """An unexpected failure: still JSON, and never the exception's text."""
+    return jsonify(error="internal error"), 500

@@ -1,16 +1,22 @@
-"""``GET /healthz`` (the process answers) and ``GET /readyz`` (it can reach the database).
+"""``GET /healthz`` (the process answers) and ``GET /readyz`` (the database can take writes).
 
-``/readyz`` answers 503 and names the failing dependency while PostgreSQL is
-unreachable; the process keeps running (``docs/architecture.md``,
-"Interface contract").
+``/readyz`` answers 503 while PostgreSQL is unreachable, refuses writes (a
+standby after a failover) or times out, naming the failing dependency and a
+short reason, never the driver's message: the endpoint is open to anyone. The
+process keeps running (``docs/architecture.md``, "Interface contract").
 """
 
 from __future__ import annotations
 
+import logging
+
 from flask import Blueprint, Response, jsonify
 
 from receipts.db import DatabaseUnavailable
+from receipts.logs import log_fields
 from receipts.web.services import services
+
+log = logging.getLogger("receipts.web")
 
 blueprint = Blueprint("health", __name__)
 
@@ -23,7 +29,8 @@ def healthz() -> tuple[Response, int]:
 @blueprint.get("/readyz")
 def readyz() -> tuple[Response, int]:
     try:
-        services().database.ping()
+        services().database.check_ready()
     except DatabaseUnavailable as exc:
-        return jsonify(status="unavailable", failing="database", error=str(exc)), 503
+        log_fields(log, "not ready", logging.WARNING, failing="database", reason=str(exc))
+        return jsonify(status="unavailable", failing="database", reason=exc.reason), 503
     return jsonify(status="ready"), 200

@@ -14,13 +14,14 @@ Two kinds of figures:
   :mod:`receipts.operations.status_summary` in one transaction whose
   statements are bounded in time (``receipts/queries/reports.sql``).
 
-The endpoint can be switched off (``RECEIPTS_METRICS_ENABLED=false``: 404) or
-require ``Authorization: Bearer <RECEIPTS_METRICS_TOKEN>`` (else 401).
+Who may scrape is decided in :mod:`receipts.web.metrics_access`: a private
+``RECEIPTS_METRICS_PORT``, or ``Authorization: Bearer <RECEIPTS_METRICS_TOKEN>``
+(401 without it, 403 when neither is configured); ``RECEIPTS_METRICS_ENABLED=false``
+switches it off (404).
 """
 
 from __future__ import annotations
 
-import hmac
 import logging
 import os
 import time
@@ -53,6 +54,7 @@ from receipts.operations.status_summary import (
 )
 from receipts.operations.stripe_status import StripeCollector
 from receipts.vocabulary import ReviewReason
+from receipts.web import metrics_access
 
 log = logging.getLogger("receipts.web.metrics")
 _REPORTS = queries.load("reports")
@@ -97,27 +99,13 @@ def init_app(app: Flask, settings: Settings, database: Database) -> None:
 @blueprint.get("/metrics")
 def metrics() -> Response:
     settings: Settings = current_app.extensions["receipts"].settings
-    if not settings.metrics_enabled:
-        return Response("metrics are disabled\n", status=404, mimetype="text/plain")
-    if settings.metrics_token and not _authorized(settings.metrics_token):
-        return Response(
-            "a valid bearer token is required\n",
-            status=401,
-            mimetype="text/plain",
-            headers={"WWW-Authenticate": 'Bearer realm="metrics"'},
-        )
+    refused = metrics_access.refusal(settings, request.environ)
+    if refused is not None:
+        return refused
     body = generate_latest(_process_registry()) + generate_latest(
         current_app.extensions[_EXTENSION]
     )
     return Response(body, status=200, headers={"Content-Type": CONTENT_TYPE_LATEST})
-
-
-def _authorized(token: str) -> bool:
-    header = request.headers.get("Authorization", "")
-    scheme, _, given = header.partition(" ")
-    return scheme.lower() == "bearer" and hmac.compare_digest(
-        given.strip().encode(), token.encode()
-    )
 
 
 def _process_registry() -> CollectorRegistry:

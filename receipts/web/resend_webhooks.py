@@ -13,6 +13,7 @@ import logging
 import time
 
 from flask import Blueprint, Response, jsonify, request
+from werkzeug.exceptions import HTTPException
 
 from receipts.db import DatabaseUnavailable
 from receipts.ingest.delivery_events import (
@@ -25,6 +26,7 @@ from receipts.ingest.delivery_events import (
 from receipts.ingest.events import RejectedDelivery
 from receipts.logs import log_fields
 from receipts.web import metrics
+from receipts.web.bodies import read_body
 from receipts.web.services import services
 
 log = logging.getLogger("receipts.web")
@@ -58,6 +60,9 @@ def receive_resend_event() -> tuple[Response, int]:
         log_fields(log, "resend webhook not stored", logging.ERROR, reason=str(exc))
         metrics.count_webhook("resend", event_type, "unavailable", 503, started)
         return jsonify(error="database unavailable, retry later"), 503
+    except HTTPException as error:
+        metrics.count_webhook("resend", event_type, "rejected", error.code or 500, started)
+        raise
     except Exception:
         metrics.count_webhook("resend", event_type, "error", 500, started)
         raise
@@ -77,8 +82,14 @@ def receive_resend_event() -> tuple[Response, int]:
 
 
 def _verified_event() -> DeliveryEvent:
-    verifier = services().resend_verifier
+    svc = services()
+    verifier = svc.resend_verifier
     if verifier is None:
         raise RejectedDelivery(503, _UNCONFIGURED)
+    body = read_body(
+        request.environ,
+        limit=svc.settings.max_body_bytes,
+        timeout=svc.settings.body_timeout,
+    )
     headers = {name: request.headers.get(name, "") for name in SIGNATURE_HEADERS}
-    return verified_event(verifier, request.get_data(cache=False), headers)
+    return verified_event(verifier, body, headers)

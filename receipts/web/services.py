@@ -46,6 +46,7 @@ class Services:
             settings.database_url,
             max_size=settings.pool_max_size,
             timeout=settings.database_timeout,
+            work_timeout=settings.statement_timeout,
         )
         renderer = Renderer.from_settings(settings)
         wake_up = WakeUp(database.url, NOTIFY_CHANNEL)

@@ -13,6 +13,7 @@ import logging
 import time
 
 from flask import Blueprint, Response, jsonify, request
+from werkzeug.exceptions import HTTPException
 
 from receipts.db import DatabaseUnavailable
 from receipts.ingest.events import (
@@ -28,6 +29,7 @@ from receipts.ingest.thin_events import looks_thin
 from receipts.logs import log_fields
 from receipts.vocabulary import IngestOutcome
 from receipts.web import metrics
+from receipts.web.bodies import read_body
 from receipts.web.services import Services, services
 
 log = logging.getLogger("receipts.web")
@@ -43,6 +45,9 @@ def receive_stripe_event() -> tuple[Response, int]:
     started = time.perf_counter()
     try:
         response, status, event_type, outcome = _handle_stripe_event(started)
+    except HTTPException as error:
+        metrics.count_webhook("stripe", "unknown", "rejected", error.code or 500, started)
+        raise
     except Exception:
         # Flask answers 500; count it so the 5xx alert sees it.
         metrics.count_webhook("stripe", "unknown", "error", 500, started)
@@ -54,8 +59,12 @@ def receive_stripe_event() -> tuple[Response, int]:
 def _handle_stripe_event(started: float) -> _Answer:
     """Answer one delivery; also return its event type and outcome for the metrics."""
     svc = services()
-    body = request.get_data(cache=False)
     try:
+        body = read_body(
+            request.environ,
+            limit=svc.settings.max_body_bytes,
+            timeout=svc.settings.body_timeout,
+        )
         text = verify_signature(
             body, request.headers.get("Stripe-Signature"), svc.settings.stripe_webhook_secrets
         )
@@ -63,7 +72,7 @@ def _handle_stripe_event(started: float) -> _Answer:
             thin = svc.thin_events.receive(text)
             return jsonify(thin.body), thin.status, thin.event_type, thin.outcome
         header, _event = decode_event(text)
-        decision = svc.deriver.derive(header)
+        decision = _derive(svc, header)
     except RejectedDelivery as rejected:
         log_fields(
             log,
@@ -82,6 +91,26 @@ def _handle_stripe_event(started: float) -> _Answer:
             "malformed",
         )
     return _store(svc, header, decision, started)
+
+
+def _derive(svc: Services, header: EventHeader) -> Decision:
+    try:
+        return svc.deriver.derive(header)
+    except MalformedEvent:
+        raise
+    except Exception as exc:
+        # A pure function of a verified event failed on a value it does not
+        # expect (an amount no formatter can print, say). That is a 400 with
+        # the event id in the log, never a 500 Stripe would retry for days.
+        # Only the error's type is logged: its message may quote customer data.
+        log_fields(
+            log,
+            "stripe webhook: no receipt could be derived",
+            logging.ERROR,
+            event_id=header.event_id,
+            error=type(exc).__name__,
+        )
+        raise MalformedEvent("its values cannot make a receipt") from exc
 
 
 def _store(svc: Services, header: EventHeader, decision: Decision, started: float) -> _Answer:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
@@ -25,9 +26,12 @@ from receipts.config import load_settings
 from receipts.logs import configure_logging
 from receipts.web import create_app
 from tests import stripe_events
+from tests.conftest import METRICS_AUTH
 from tests.helpers import root_logger_restored
 from tests.outbox_states import Db, insert_attempt, insert_row
 from tests.stripe_events import TEST_SECRET, encode, sign
+
+RESEND_SECRET = "whsec_" + base64.b64encode(b"receipts-resend-test-secret-32by").decode()
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -38,7 +42,7 @@ def scrape(
     """Every sample as {(name, sorted labels): value}."""
     if text is None:
         assert client is not None
-        response = client.get("/metrics")
+        response = client.get("/metrics", headers=METRICS_AUTH)
         assert response.status_code == 200, response.data
         assert response.content_type.startswith("text/plain")
         text = response.get_data(as_text=True)
@@ -234,7 +238,7 @@ def test_gunicorn_workers_share_one_set_of_counters(gunicorn_url: str) -> None:
         response = post_event(fresh, stripe_events.event(), url=gunicorn_url + "/webhooks/stripe")
         assert response.status_code == 200
     for _ in range(4):
-        text = requests.get(gunicorn_url + "/metrics", timeout=5).text
+        text = requests.get(gunicorn_url + "/metrics", headers=METRICS_AUTH, timeout=5).text
         samples = scrape(text=text)
         queued = value(samples, "receipts_webhooks_total", source="stripe", type="invoice.paid",
                        outcome="queued", code="200")  # fmt: skip
@@ -256,3 +260,96 @@ def test_alert_rules_only_use_metrics_that_exist(client: FlaskClient, db: Db) ->
     rules = "\n".join(line for line in lines if not line.lstrip().startswith("#"))
     used = set(re.findall(r"\breceipts_[a-z0-9_]+", rules))
     assert used and used <= exported, used - exported
+
+
+@pytest.mark.parametrize("source", ["stripe", "resend"])
+def test_a_refused_oversized_delivery_is_counted_with_the_status_sent(
+    environ: dict[str, str], source: str
+) -> None:
+    """A body over RECEIPTS_MAX_BODY_BYTES is answered 413, and counted as 413: it
+    used to be counted as a 500, so one large POST fired the webhook-5xx alert."""
+    app = create_app(load_settings({**environ, "RESEND_WEBHOOK_SECRET": RESEND_SECRET}))
+    try:
+        client = app.test_client()
+        before = scrape(client)
+        body = b"{" + b" " * (1024 * 1024 + 10) + b"}"
+        response = client.post(f"/webhooks/{source}", data=body)
+        after = scrape(client)
+    finally:
+        app.extensions["receipts"].database.close()
+    assert response.status_code == 413 and response.is_json
+
+    def delta(code: str) -> float:
+        return sum(
+            value - before.get((name, labels), 0)
+            for (name, labels), value in after.items()
+            if name == "receipts_webhooks_total"
+            and ("source", source) in labels
+            and ("code", code) in labels
+        )
+
+    assert delta("413") == 1
+    assert delta("500") == 0
+
+
+def test_metrics_need_a_token_unless_scraped_on_their_own_port(environ: dict[str, str]) -> None:
+    """/metrics on the webhook port used to be open by default (business counts to
+    anyone, and a scrape flood slowed the webhooks). Without RECEIPTS_METRICS_TOKEN
+    and without RECEIPTS_METRICS_PORT it is refused with 403 and a line saying
+    which setting opens it."""
+    bare = {name: value for name, value in environ.items() if name != "RECEIPTS_METRICS_TOKEN"}
+    app = create_app(load_settings(bare))
+    try:
+        answer = app.test_client().get("/metrics")
+    finally:
+        app.extensions["receipts"].database.close()
+    assert answer.status_code == 403
+    text = answer.get_data(as_text=True)
+    assert "RECEIPTS_METRICS_TOKEN" in text and "RECEIPTS_METRICS_PORT" in text
+    assert "receipts_" not in text
+
+
+def test_a_private_metrics_port_serves_metrics_without_a_token(
+    environ: dict[str, str], tmp_path: Path
+) -> None:
+    """With RECEIPTS_METRICS_PORT, gunicorn (shipped gunicorn.conf.py) also listens
+    on that port, on 127.0.0.1 unless a host is given, and /metrics answers there
+    without a token. On the public port it still needs the token: a Host header
+    naming the private port changes nothing, because the port a request came in
+    on is read from its socket."""
+    public, private = _free_port(), _free_port()
+    bare = {name: value for name, value in environ.items() if name != "RECEIPTS_METRICS_TOKEN"}
+    env = {**os.environ, **bare, "PORT": str(public), "RECEIPTS_METRICS_PORT": str(private),
+           "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "prom")}  # fmt: skip
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py", "--bind",
+         f"127.0.0.1:{public}", "wsgi:app"],
+        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        _wait_for_http(f"http://127.0.0.1:{private}/healthz", process)
+        scraped = requests.get(f"http://127.0.0.1:{private}/metrics", timeout=5)
+        on_public = requests.get(f"http://127.0.0.1:{public}/metrics", timeout=5)
+        spoofed = requests.get(
+            f"http://127.0.0.1:{public}/metrics",
+            headers={"Host": f"127.0.0.1:{private}"},
+            timeout=5,
+        )
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=20)
+    assert scraped.status_code == 200
+    assert value(scrape(text=scraped.text), "receipts_database_up") == 1
+    assert on_public.status_code == 403 and spoofed.status_code == 403
+
+
+def _wait_for_http(url: str, process: subprocess.Popen[bytes], timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            requests.get(url, timeout=1)
+            return
+        except requests.RequestException:
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"gunicorn did not answer on {url}") from None
+            time.sleep(0.1)

@@ -192,3 +192,35 @@ def test_malformed_secret_stops_start_up(environ: dict[str, str]) -> None:
     with pytest.raises(ConfigError) as error:
         create_app(settings)
     assert error.value.variable == "RESEND_WEBHOOK_SECRET"
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("type", "email.delivered\x00"),
+        ("type", "email.\ud800"),
+        ("email_id", "re_\x00"),
+        ("email_id", "re_\udfff"),
+        ("tag", "platform/test/in_1\x00/invoice-paid"),
+        ("tag", "\ud800"),
+    ],
+    ids=["type-nul", "type-surrogate", "email_id-nul", "email_id-surrogate", "tag-nul",
+         "tag-surrogate"],
+)  # fmt: skip
+def test_text_no_column_can_store_is_a_400_not_a_500(
+    resend: FlaskClient, db: Db, field: str, value: str
+) -> None:
+    """A signed event whose type, email id or message_key tag holds ``\\u0000`` or
+    a lone surrogate made PostgreSQL refuse the insert (500). It is refused with
+    a JSON 400 and nothing is stored."""
+    document = event("email.delivered", "re_email_text")
+    if field == "type":
+        document["type"] = value
+    elif field == "email_id":
+        document["data"]["email_id"] = value
+    else:
+        document["data"]["tags"] = {"message_key": value}
+    response = post(resend, document)  # json.dumps escapes them: the body is ASCII
+    assert response.status_code == 400, response.get_data()[:300]
+    assert response.is_json
+    assert stored_events(db) == []

@@ -32,6 +32,7 @@ from receipts.delivery.claims import AttemptResult, claim_ready, record_attempt
 from receipts.ingest.delivery_events import DeliveryEvent, record_delivery_event
 from receipts.web import create_app
 from tests import stripe_events
+from tests.conftest import METRICS_AUTH
 from tests.outbox_states import Db, insert_row, row
 from tests.stripe_events import TEST_SECRET, encode, sign
 
@@ -147,7 +148,7 @@ def test_web_role_ingests_a_webhook_but_cannot_change_or_delete_rows(
                 "/webhooks/stripe", data=body, headers={"Stripe-Signature": sign(body, TEST_SECRET)}
             )
             assert response.status_code == 200, response.json
-        metrics = client.get("/metrics").get_data(as_text=True)
+        metrics = client.get("/metrics", headers=METRICS_AUTH).get_data(as_text=True)
     finally:
         app.extensions["receipts"].database.close()
     key = "platform/test/in_1LeastPriv/invoice-paid"

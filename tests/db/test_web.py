@@ -2,23 +2,31 @@
 
 from __future__ import annotations
 
+import base64
 import json
+import logging
 import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import psycopg
 import pytest
 import requests
 from flask import Flask
 from flask.testing import FlaskClient
+from svix.webhooks import Webhook
 from werkzeug.serving import make_server
 
 from receipts.config import load_settings
 from receipts.web import create_app
 from tests import stripe_events
+from tests.helpers import wait_for
+from tests.outbox_states import insert_row
 from tests.stripe_events import TEST_SECRET, encode, sign
 
 Row = dict[str, Any]
@@ -313,3 +321,270 @@ def test_concurrent_events_about_one_invoice_make_one_row(live_server: str, db: 
         outcomes = sorted(pool.map(deliver, bodies))
     assert outcomes == ["duplicate"] * 19 + ["queued"]
     assert len(outbox(db)) == 1
+
+
+@pytest.mark.parametrize(
+    ("where", "value"),
+    [
+        ("id", "evt_1Newline\n"),
+        ("type", "invoice.paid\n"),
+        ("account", "acct_1Newline\n"),
+        ("invoice", "in_1Newline\n"),
+    ],
+)
+def test_ids_are_matched_whole_so_a_trailing_newline_is_refused(
+    client: FlaskClient, db: Any, where: str, value: str
+) -> None:
+    """A ``$`` anchor matches before a final newline: ``in_x\\n`` used to pass as an
+    invoice id and become a message key whose send failed on every attempt. Every
+    id and the event type are matched whole, so such an event is a 400 and
+    nothing is stored."""
+    event = stripe_events.event(stripe_events.invoice())
+    if where == "invoice":
+        event["data"]["object"]["id"] = value
+    else:
+        event[where] = value
+    response = post(client, event)
+    assert response.status_code == 400, response.json
+    assert outbox(db) == [] and events(db) == []
+
+
+def _signed_post_raw(client: FlaskClient, body: bytes) -> Any:
+    return client.post(
+        "/webhooks/stripe",
+        data=body,
+        headers={"Stripe-Signature": sign(body, TEST_SECRET), "Content-Type": "application/json"},
+    )
+
+
+def test_deep_nesting_with_a_lone_surrogate_is_a_400(client: FlaskClient, db: Any) -> None:
+    """A signed event whose metadata nests ~1,000 levels deep around a ``\\ud800``
+    escape made the surrogate check recurse past Python's limit (500) at the
+    one depth the JSON parser still accepts, which depends on the stack in use.
+    Every depth from a plausible one to past the parser's limit is refused with
+    a JSON 400, and nothing is stored."""
+    for depth in (40, *range(850, 1010)):
+        event = stripe_events.event(stripe_events.invoice(metadata="NESTED"))
+        nested = "[" * depth + '"\\ud800"' + "]" * depth
+        body = encode(event).replace(b'"NESTED"', nested.encode())
+        response = _signed_post_raw(client, body)
+        assert response.status_code == 400, (depth, response.get_data()[:300])
+        assert response.is_json
+    assert outbox(db) == [] and events(db) == []
+
+
+@pytest.mark.parametrize(
+    "amount", [10**28, -(10**28), 10**20, 2**63, 10**400, 1e308, 99_999_999], ids=repr
+)
+def test_amounts_beyond_what_stripe_allows_never_answer_500(
+    client: FlaskClient, db: Any, amount: int | float
+) -> None:
+    """``amount_paid`` of 10^28 made the amount formatting raise (500). Whatever
+    the derivation makes of an absurd amount, the answer is a JSON 200 or 400:
+    a 200 has its event row behind it; a 400 stores nothing."""
+    event = stripe_events.event(stripe_events.invoice(amount_paid=amount, total=amount))
+    response = post(client, event)
+    assert response.status_code in (200, 400), response.get_data()[:300]
+    assert response.is_json
+    if response.status_code == 200:
+        [recorded] = events(db)
+        assert recorded["event_id"] == event["id"]
+    else:
+        assert outbox(db) == [] and events(db) == []
+
+
+@pytest.mark.xfail(
+    reason="bounds on amounts belong to the receipt derivation, which is being rewritten",
+    strict=False,
+)
+@pytest.mark.parametrize("amount", [10**20, 2**63], ids=repr)
+def test_amounts_beyond_what_stripe_allows_are_never_queued(
+    client: FlaskClient, db: Any, amount: int
+) -> None:
+    """An amount Stripe cannot produce (over twelve digits) is refused or sent to
+    review; it never becomes an email."""
+    response = post(client, stripe_events.event(stripe_events.invoice(amount_paid=amount)))
+    assert response.status_code in (200, 400)
+    assert [row["status"] for row in outbox(db)] in ([], ["review"])
+
+
+def test_an_error_while_deriving_the_receipt_is_a_logged_400(
+    environ: dict[str, str], db: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Any unexpected error in the pure derivation (here a subject template that
+    divides by zero) is answered 400 in JSON and logged at ERROR with the event
+    id and the error's type, never its message; nothing is stored."""
+    folder = tmp_path / "invoice_paid"
+    folder.mkdir()
+    (folder / "subject.txt").write_text("Receipt {{ 1 // 0 }}")
+    app = create_app(load_settings({**environ, "RECEIPTS_TEMPLATE_DIR": str(tmp_path)}))
+    try:
+        event = stripe_events.event()
+        with caplog.at_level(logging.INFO, logger="receipts.web"):
+            response = post(app.test_client(), event)
+    finally:
+        app.extensions["receipts"].database.close()
+    assert response.status_code == 400 and response.is_json
+    [logged] = [r for r in caplog.records if "no receipt could be derived" in r.getMessage()]
+    assert logged.levelno == logging.ERROR
+    fields = logged.receipts_fields  # type: ignore[attr-defined]
+    assert fields == {"event_id": event["id"], "error": "ZeroDivisionError"}
+    assert outbox(db) == [] and events(db) == []
+
+
+RESEND_SECRET = "whsec_" + base64.b64encode(b"receipts-resend-test-secret-32by").decode()
+
+
+def test_read_only_database_answers_503_and_readyz_fails(
+    environ: dict[str, str], database_url: str, db: Any
+) -> None:
+    """After a failover the web process may reach a server that refuses writes
+    (here ``default_transaction_read_only = on`` for new sessions). Both webhooks
+    answer 503 in JSON, so the senders retry, instead of Flask's HTML 500;
+    ``/readyz`` checks that the database accepts writes and answers 503 with a
+    short reason and no driver text; nothing is stored."""
+    name = urlsplit(database_url).path.lstrip("/")
+    db.execute(f'ALTER DATABASE "{name}" SET default_transaction_read_only = on')
+    app = create_app(load_settings({**environ, "RESEND_WEBHOOK_SECRET": RESEND_SECRET}))
+    try:
+        client = app.test_client()
+        stripe = post(client, stripe_events.event())
+        body = json.dumps({"type": "email.delivered", "data": {"email_id": "re_1"}})
+        stamp = datetime.now(UTC)
+        resend = client.post(
+            "/webhooks/resend",
+            data=body,
+            headers={
+                "svix-id": "msg_read_only",
+                "svix-timestamp": str(int(stamp.timestamp())),
+                "svix-signature": Webhook(RESEND_SECRET).sign("msg_read_only", stamp, body),
+            },
+        )
+        ready = client.get("/readyz")
+    finally:
+        app.extensions["receipts"].database.close()
+    for answer in (stripe, resend):
+        assert answer.status_code == 503, answer.get_data()[:300]
+        assert answer.json == {"error": "database unavailable, retry later"}
+    assert ready.status_code == 503
+    assert ready.json == {"status": "unavailable", "failing": "database", "reason": "read_only"}
+    assert outbox(db) == [] and events(db) == []
+
+
+def test_readyz_gives_a_short_reason_and_no_driver_text(environ: dict[str, str]) -> None:
+    """With the database unreachable, ``/readyz`` (open to anyone) names the failing
+    dependency and a short reason, never libpq's message (host, port, user)."""
+    environ["DATABASE_URL"] = "postgresql://postgres@127.0.0.1:1/receipts"
+    environ["RECEIPTS_DATABASE_TIMEOUT"] = "0.5"
+    app = create_app(load_settings(environ))
+    try:
+        ready = app.test_client().get("/readyz")
+    finally:
+        app.extensions["receipts"].database.close()
+    assert ready.status_code == 503
+    assert ready.json == {"status": "unavailable", "failing": "database", "reason": "unreachable"}
+
+
+def _signed_resend_post(client: FlaskClient, svix_id: str, email_id: str) -> Any:
+    body = json.dumps({"type": "email.delivered", "data": {"email_id": email_id}})
+    stamp = datetime.now(UTC)
+    return client.post(
+        "/webhooks/resend",
+        data=body,
+        headers={
+            "svix-id": svix_id,
+            "svix-timestamp": str(int(stamp.timestamp())),
+            "svix-signature": Webhook(RESEND_SECRET).sign(svix_id, stamp, body),
+        },
+    )
+
+
+@pytest.mark.parametrize("route", ["stripe", "resend"])
+def test_a_locked_table_answers_503_within_the_statement_timeout(
+    environ: dict[str, str], database_url: str, db: Any, route: str
+) -> None:
+    """A long migration or a stuck transaction holding a lock on the outbox used
+    to stall every webhook for as long as the lock was held (15 s observed),
+    outliving the sender's own timeout. With ``RECEIPTS_STATEMENT_TIMEOUT=1``
+    the delivery waits about a second, answers 503 in JSON (the sender
+    retries) and stores nothing; once the lock is gone the same delivery is
+    stored."""
+    settings = load_settings(
+        {**environ, "RESEND_WEBHOOK_SECRET": RESEND_SECRET, "RECEIPTS_STATEMENT_TIMEOUT": "1"}
+    )
+    app = create_app(settings)
+    client = app.test_client()
+    event = stripe_events.event()
+    insert_row(db, "in_1Locked", status="sent", provider_id="re_locked")
+
+    def deliver() -> Any:
+        if route == "stripe":
+            return post(client, event)
+        return _signed_resend_post(client, "msg_locked", "re_locked")
+
+    holder = psycopg.connect(database_url)
+    holder.execute("LOCK TABLE email_outbox IN ACCESS EXCLUSIVE MODE")
+    release = threading.Timer(8, holder.rollback)  # an unfixed build waits this long
+    release.start()
+    try:
+        started = time.monotonic()
+        locked = deliver()
+        waited = time.monotonic() - started
+    finally:
+        release.cancel()
+        holder.rollback()
+        holder.close()
+    try:
+        assert locked.status_code == 503, (waited, locked.get_data()[:300])
+        assert locked.json == {"error": "database unavailable, retry later"}
+        assert 0.9 < waited < 4
+        assert deliver().status_code == 200
+    finally:
+        app.extensions["receipts"].database.close()
+
+
+def test_stale_pooled_connections_do_not_fail_a_delivery(client: FlaskClient, db: Any) -> None:
+    """After a database restart every connection the pool kept is dead, and each
+    used to fail one request with 503 before the pool replaced it. A pooled
+    connection the server has closed is now noticed before use and replaced:
+    the first delivery and the first readiness check after the restart succeed."""
+    assert post(client, stripe_events.event()).status_code == 200
+    assert client.get("/readyz").status_code == 200
+    killed = [
+        row["pid"]
+        for row in db.execute(
+            "SELECT pid FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        ).fetchall()
+    ]
+    assert killed
+    db.execute("SELECT pg_terminate_backend(pid) FROM unnest(%s::int[]) AS pid", (killed,))
+
+    def still_running() -> bool:
+        row = db.execute(
+            "SELECT count(*) AS n FROM pg_stat_activity WHERE pid = ANY(%s)", (killed,)
+        ).fetchone()
+        return bool(row and row["n"])
+
+    wait_for(lambda: not still_running(), timeout=10, what="the terminated backends to exit")
+    time.sleep(0.1)  # their goodbye reaches the client sockets
+    assert post(client, stripe_events.event()).status_code == 200
+    assert client.get("/readyz").status_code == 200
+    assert len(outbox(db)) == 2
+
+
+@pytest.mark.parametrize(
+    ("ahead", "status"), [(10 * 365 * 86400, 400), (301 + 5, 400), (200, 200)], ids=repr
+)
+def test_a_signature_timestamped_in_the_future_beyond_the_tolerance_is_refused(
+    client: FlaskClient, db: Any, ahead: int, status: int
+) -> None:
+    """Stripe's library only refuses timestamps too far in the past, so a
+    signature dated ten years ahead was accepted (a captured delivery signed
+    for the future stays replayable). A timestamp more than 300 s ahead is
+    refused like a stale one; a clock a little ahead is still accepted."""
+    response = post(client, stripe_events.event(), timestamp=int(time.time()) + ahead)
+    assert response.status_code == status
+    if status == 400:
+        assert response.json == {"error": "signature timestamp outside the 300 s tolerance"}
+        assert events(db) == []

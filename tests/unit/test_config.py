@@ -27,6 +27,19 @@ def test_defaults_follow_the_design() -> None:
     assert settings.send_rate == 0.0
 
 
+@pytest.mark.parametrize(
+    ("value", "address"),
+    [("9100", ("127.0.0.1", 9100)), ("0.0.0.0:9100", ("0.0.0.0", 9100)),
+     ("[::1]:9100", ("::1", 9100))],
+)  # fmt: skip
+def test_the_private_metrics_port_defaults_to_loopback(
+    value: str, address: tuple[str, int]
+) -> None:
+    """RECEIPTS_METRICS_PORT is a port on 127.0.0.1, unless a host is given."""
+    settings = load_settings({**VALID, "RECEIPTS_METRICS_PORT": value})
+    assert (settings.metrics_host, settings.metrics_port) == address
+
+
 def test_several_webhook_secrets_are_comma_separated() -> None:
     settings = load_settings({**VALID, "STRIPE_WEBHOOK_SECRET": "whsec_a, whsec_b,"})
     assert settings.stripe_webhook_secrets == ("whsec_a", "whsec_b")
@@ -53,6 +66,10 @@ def test_missing_required_setting_names_the_variable(variable: str) -> None:
         ("RECEIPTS_SEND_ZERO_VALUE", "maybe", "true or false"),
         ("RECEIPTS_LOCALE", "xx_NOPE", "unknown locale"),
         ("LOG_FORMAT", "xml", "one of"),
+        ("RECEIPTS_METRICS_PORT", "nine", "a port"),
+        ("RECEIPTS_METRICS_PORT", "0.0.0.0:70000", "a port"),
+        ("RECEIPTS_BODY_TIMEOUT", "0", "at least"),
+        ("RECEIPTS_STATEMENT_TIMEOUT", "600", "at most 60"),
     ],
 )
 def test_malformed_setting_names_the_variable_and_problem(

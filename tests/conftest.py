@@ -51,11 +51,14 @@ def serial_group(nodeid: str) -> str | None:
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """pytest-xdist hands each serial group to one worker as a single unit of work.
+    """pytest-xdist hands each serial group to one worker as a single unit of work
+    (unless another ``--dist`` mode was asked for).
 
     (Its own ``xdist_group`` marker does not group tests under pytest 9.2:
     pytest-dev/pytest-xdist#1386. This needs no marker: the groups are paths.)
     """
+    if config.getvalue("dist") != "load":
+        return None
     from xdist.scheduler import LoadScopeScheduling
 
     class SerialGroupScheduling(LoadScopeScheduling):  # type: ignore[misc]

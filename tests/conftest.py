@@ -23,12 +23,10 @@ from receipts.config import Settings, load_settings
 from receipts.dev.embedded import EmbeddedUnavailable
 from receipts.web import create_app
 from tests.databases import DatabasePool, run_id, shared_embedded_server
-from tests.helpers import root_logger_restored
+from tests.helpers import METRICS_TOKEN, root_logger_restored
 from tests.stripe_events import TEST_SECRET
 
 # /metrics needs a token unless it is scraped on its own port (tests/db/test_metrics.py).
-METRICS_TOKEN = "metrics-token-for-tests"
-METRICS_AUTH = {"Authorization": f"Bearer {METRICS_TOKEN}"}
 
 
 # Tests that start real processes run one at a time within their group, as the

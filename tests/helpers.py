@@ -51,3 +51,9 @@ def root_logger_restored() -> Iterator[None]:
         yield
     finally:
         root.handlers[:], root.level = handlers, level
+
+
+# /metrics needs a token unless it is scraped on its own port; the test
+# environment sets this one (tests/conftest.py, ``environ``).
+METRICS_TOKEN = "metrics-token-for-tests"
+METRICS_AUTH = {"Authorization": f"Bearer {METRICS_TOKEN}"}

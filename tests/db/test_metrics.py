@@ -26,8 +26,7 @@ from receipts.config import load_settings
 from receipts.logs import configure_logging
 from receipts.web import create_app
 from tests import stripe_events
-from tests.conftest import METRICS_AUTH
-from tests.helpers import root_logger_restored
+from tests.helpers import METRICS_AUTH, root_logger_restored
 from tests.outbox_states import Db, insert_attempt, insert_row
 from tests.stripe_events import TEST_SECRET, encode, sign
 

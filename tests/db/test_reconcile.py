@@ -15,6 +15,7 @@ from receipts.cli import main
 from tests import stripe_events
 from tests import stripe_objects as objects
 from tests.fake_stripe_api import FakeStripeClient, running_fake_stripe_api
+from tests.helpers import METRICS_AUTH
 from tests.stripe_events import TEST_SECRET, encode, sign
 
 Row = dict[str, Any]
@@ -146,16 +147,16 @@ def test_status_and_metrics_learn_the_last_result(
     out = capsys.readouterr().out
     assert "reconcile       missing" in out and "1 missing" in out
     assert "NEEDS A PERSON: the last reconcile found 1 paid invoice(s) without a receipt" in out
-    metrics = client.get("/metrics").get_data(as_text=True)
+    metrics = client.get("/metrics", headers=METRICS_AUTH).get_data(as_text=True)
     assert "receipts_reconcile_missing_invoices 1.0" in metrics
     assert 'receipts_reconcile_last_result{result="missing"} 1.0' in metrics
     assert reconcile(api_environ, "--apply") == 0
     capsys.readouterr()
     main(["status"], environ)
     assert "reconcile       applied" in capsys.readouterr().out
-    assert "receipts_reconcile_missing_invoices 0.0" in client.get("/metrics").get_data(
-        as_text=True
-    )
+    assert "receipts_reconcile_missing_invoices 0.0" in client.get(
+        "/metrics", headers=METRICS_AUTH
+    ).get_data(as_text=True)
 
 
 def test_without_an_api_key_it_says_so_and_exits_2(

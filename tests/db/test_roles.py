@@ -32,7 +32,7 @@ from receipts.delivery.claims import AttemptResult, claim_ready, record_attempt
 from receipts.ingest.delivery_events import DeliveryEvent, record_delivery_event
 from receipts.web import create_app
 from tests import stripe_events
-from tests.conftest import METRICS_AUTH
+from tests.helpers import METRICS_AUTH
 from tests.outbox_states import Db, insert_row, row
 from tests.stripe_events import TEST_SECRET, encode, sign
 
@@ -348,7 +348,7 @@ def test_web_role_stores_and_resolves_a_thin_event(
             for _ in range(2):
                 response = client.post("/webhooks/stripe", data=data, headers=headers)
                 assert response.status_code == 200, response.json
-            metrics = client.get("/metrics").get_data(as_text=True)
+            metrics = client.get("/metrics", headers=METRICS_AUTH).get_data(as_text=True)
         finally:
             app.extensions["receipts"].database.close()
     assert row(db, f"platform/test/{invoice['id']}/invoice-paid")["status"] == "pending"

@@ -20,6 +20,7 @@ from tests import stripe_events
 from tests import stripe_objects as objects
 from tests.fake_provider import FakeProviderClient, running_fake_provider
 from tests.fake_stripe_api import FakeStripeClient, running_fake_stripe_api
+from tests.helpers import METRICS_AUTH
 from tests.stripe_events import TEST_SECRET
 
 Row = dict[str, Any]
@@ -339,7 +340,7 @@ def test_a_snapshot_without_email_takes_the_customers_and_lookups_are_counted(
     other = paid_invoice(stripe_api)
     stripe_api.script({"status": 500, "path": "/v1/invoice_payments"})
     assert deliver(web, stripe_events.event(other)).json["outcome"] == "queued"
-    metrics = web.get("/metrics").get_data(as_text=True)
+    metrics = web.get("/metrics", headers=METRICS_AUTH).get_data(as_text=True)
     assert 'receipts_stripe_api_lookups_total{lookup="payment_method",outcome="failed"}' in metrics
     assert "receipts_thin_events_pending 0.0" in metrics
 

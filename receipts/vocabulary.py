@@ -63,9 +63,18 @@ class ReviewReason(StrEnum):
     reason when the provider refuses a message, so the column is open text.
     """
 
+    # written at ingest: a paid invoice that cannot become an email
+    MISSING_CUSTOMER_EMAIL = "missing_customer_email"
+    INVALID_CUSTOMER_EMAIL = "invalid_customer_email"
+    INVALID_HOSTED_INVOICE_URL = "invalid_hosted_invoice_url"
+    INVALID_AMOUNT_PAID = "invalid_amount_paid"
+    INVALID_CURRENCY = "invalid_currency"
+    INVALID_INVOICE_AMOUNTS = "invalid_invoice_amounts"
+    # written by the worker, before or after a send
     RETRY_WINDOW_ELAPSED = "retry_window_elapsed"
     ATTEMPTS_EXHAUSTED = "attempts_exhausted"
     PROVIDER_REJECTED = "provider_rejected"
+    # written by a person closing a review row without sending
     DISMISSED = "dismissed"
 
 

@@ -11,13 +11,14 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from receipts.ingest.money import is_amount
+from receipts.vocabulary import ReviewReason
 
-MISSING_CUSTOMER_EMAIL = "missing_customer_email"
-INVALID_CUSTOMER_EMAIL = "invalid_customer_email"
-INVALID_HOSTED_INVOICE_URL = "invalid_hosted_invoice_url"
-INVALID_AMOUNT_PAID = "invalid_amount_paid"
-INVALID_CURRENCY = "invalid_currency"
-INVALID_AMOUNTS = "invalid_invoice_amounts"
+MISSING_CUSTOMER_EMAIL = ReviewReason.MISSING_CUSTOMER_EMAIL
+INVALID_CUSTOMER_EMAIL = ReviewReason.INVALID_CUSTOMER_EMAIL
+INVALID_HOSTED_INVOICE_URL = ReviewReason.INVALID_HOSTED_INVOICE_URL
+INVALID_AMOUNT_PAID = ReviewReason.INVALID_AMOUNT_PAID
+INVALID_CURRENCY = ReviewReason.INVALID_CURRENCY
+INVALID_AMOUNTS = ReviewReason.INVALID_INVOICE_AMOUNTS
 
 
 class UnusableInvoice(ValueError):

@@ -84,9 +84,10 @@ SELECT message_key FROM email_outbox WHERE starts_with(message_key, %(prefix)s)
 -- One new pending row under the resend's key, carrying the original's facts and fingerprint.
 INSERT INTO email_outbox
     (message_key, purpose, account, livemode, invoice_id, source_event_id,
-     fingerprint, payload, status)
+     fingerprint, payload, status, invoice_number, customer_email, amount, currency)
 VALUES (%(key)s, %(purpose)s, %(account)s, %(livemode)s, %(invoice_id)s, %(source_event_id)s,
-        %(fingerprint)s, %(payload)s, 'pending')
+        %(fingerprint)s, %(payload)s, 'pending', %(invoice_number)s, %(customer_email)s,
+        %(amount)s, %(currency)s)
 
 -- name: wake_workers
 -- Idle workers listening on the channel wake when this transaction commits.

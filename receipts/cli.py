@@ -2,7 +2,8 @@
 
 Each subcommand lives in its own module, which provides ``configure(parser)``
 and ``run(args, environ) -> int``. A ConfigError or DatabaseUnavailable ends
-the command with one line on stderr and a non-zero exit code.
+the command with one line on stderr and a non-zero exit code; so does a
+privilege the database role lacks (exit 2, naming the privilege).
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 from typing import Protocol, cast
+
+import psycopg
 
 from receipts.config import ConfigError
 from receipts.db import DatabaseUnavailable
@@ -72,6 +75,10 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     except DatabaseUnavailable as error:
         print(f"receipts: database unavailable: {error}", file=sys.stderr)
         return 3
+    except psycopg.errors.InsufficientPrivilege as error:
+        from receipts.commands import report_denied
+
+        return report_denied(args.command, error, os.environ if environ is None else environ)
     return code
 
 

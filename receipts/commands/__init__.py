@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 
-from receipts.config import Settings, load_settings
+import psycopg
+
+from receipts.config import ConfigError, Settings, load_settings
 from receipts.logs import configure_logging
+
+# A privilege the database role lacks is a configuration problem: exit 2, like
+# a missing setting.
+EXIT_PRIVILEGE = 2
 
 
 def database_settings(environ: Mapping[str, str]) -> tuple[Settings, str]:
@@ -14,3 +21,15 @@ def database_settings(environ: Mapping[str, str]) -> tuple[Settings, str]:
     configure_logging(settings.log_format)
     assert settings.database_url is not None
     return settings, settings.database_url
+
+
+def report_denied(command: str, error: psycopg.Error, environ: Mapping[str, str]) -> int:
+    """One line for a statement the database refused: which role lacks which privilege."""
+    from receipts.operations.privileges import denied_line
+
+    try:
+        database_url = load_settings(environ).database_url
+    except ConfigError:
+        database_url = None
+    print(f"receipts {command}: {denied_line(command, error, database_url)}", file=sys.stderr)
+    return EXIT_PRIVILEGE

@@ -26,8 +26,10 @@ import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 
+import psycopg
+
 from receipts.config import ConfigError, Settings
-from receipts.db import Database, DatabaseUnavailable
+from receipts.db import Database, DatabaseUnavailable, describe_error
 from receipts.delivery import claims
 from receipts.delivery.decisions import RELEASED, RunStop, decide
 from receipts.delivery.listener import Listener
@@ -252,6 +254,10 @@ class _Dispatcher:
                     max_attempts=self.settings.max_attempts,
                     retry_cutoff_hours=self.settings.retry_cutoff_hours,
                 )
+        except psycopg.errors.InsufficientPrivilege as exc:
+            # A role without the worker's grants: retrying cannot help.
+            self.summary.stop(f"the database role lacks a privilege: {describe_error(exc)}", 2)
+            return None
         except DatabaseUnavailable as exc:
             log_fields(log, "claim failed", logging.ERROR, worker=self.worker_id, error=str(exc))
             if not self.loop:

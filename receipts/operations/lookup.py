@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, LiteralString
 
 from receipts import queries
 from receipts.db import Connection
@@ -78,20 +78,21 @@ def look_up(conn: Connection, target: str) -> Found:
     """The receipts and the explaining events ``target`` names."""
     kind = kind_of(target)
     if kind == MESSAGE_KEY:
-        return Found(target=target, kind=kind, keys=_keys(conn, "keys_of_message_key", key=target))
+        keys = _keys(conn, _REPORTS["keys_of_message_key"], key=target)
+        return Found(target=target, kind=kind, keys=keys)
     if kind == INVOICE_ID:
         return Found(
             target=target,
             kind=kind,
-            keys=_keys(conn, "keys_of_invoice", invoice_id=target),
-            events=_rows(conn, "rowless_events_of_invoice", invoice_id=target),
+            keys=_keys(conn, _REPORTS["keys_of_invoice"], invoice_id=target),
+            events=_rows(conn, _REPORTS["rowless_events_of_invoice"], invoice_id=target),
         )
     if kind == EMAIL:
         return Found(
             target=target,
             kind=kind,
-            keys=_keys(conn, "keys_of_customer_email", email=target),
-            events=_rows(conn, "rowless_events_of_customer_email", email=target),
+            keys=_keys(conn, _REPORTS["keys_of_customer_email"], email=target),
+            events=_rows(conn, _REPORTS["rowless_events_of_customer_email"], email=target),
         )
     if kind == EVENT_ID:
         return _event(conn, target)
@@ -100,8 +101,8 @@ def look_up(conn: Connection, target: str) -> Found:
     by_number = Found(
         target=target,
         kind=kind,
-        keys=_keys(conn, "keys_of_invoice_number", number=target),
-        events=_rows(conn, "rowless_events_of_invoice_number", number=target),
+        keys=_keys(conn, _REPORTS["keys_of_invoice_number"], number=target),
+        events=_rows(conn, _REPORTS["rowless_events_of_invoice_number"], number=target),
     )
     if by_number.empty:
         # An id of a provider other than Resend has no shape of its own.
@@ -126,23 +127,26 @@ def _event(conn: Connection, event_id: str) -> Found:
 
 def _provider_keys(conn: Connection, provider_id: str) -> list[str]:
     """Receipts the provider knows by this id; a delivery event matched only by tag counts."""
-    keys = set(_keys(conn, "keys_of_provider_id", provider_id=provider_id))
-    for tag in _keys(conn, "tags_of_provider_id", provider_id=provider_id, column="message_tag"):
+    keys = set(_keys(conn, _REPORTS["keys_of_provider_id"], provider_id=provider_id))
+    tags = _REPORTS["tags_of_provider_id"]
+    for tag in _keys(conn, tags, provider_id=provider_id, column="message_tag"):
         for invoice_id in _INVOICE_IN_TAG.findall(tag):
             keys.update(
                 key
-                for key in _keys(conn, "keys_of_invoice", invoice_id=invoice_id)
+                for key in _keys(conn, _REPORTS["keys_of_invoice"], invoice_id=invoice_id)
                 if resend_tag_value(key) == tag
             )
     return sorted(keys)
 
 
-def _keys(conn: Connection, name: str, *, column: str = "message_key", **params: str) -> list[str]:
-    return [row[column] for row in conn.execute(_REPORTS[name], params)]
+def _keys(
+    conn: Connection, statement: LiteralString, *, column: str = "message_key", **params: str
+) -> list[str]:
+    return [row[column] for row in conn.execute(statement, params)]
 
 
-def _rows(conn: Connection, name: str, **params: str) -> list[dict[str, Any]]:
-    return conn.execute(_REPORTS[name], params).fetchall()
+def _rows(conn: Connection, statement: LiteralString, **params: str) -> list[dict[str, Any]]:
+    return conn.execute(statement, params).fetchall()
 
 
 def event_verdict(event: dict[str, Any], fingerprint: str | None = None) -> str:

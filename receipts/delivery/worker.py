@@ -32,7 +32,7 @@ from receipts.config import ConfigError, Settings
 from receipts.db import Database, DatabaseUnavailable, describe_error
 from receipts.delivery import claims
 from receipts.delivery.decisions import RELEASED, RunStop, decide
-from receipts.delivery.listener import Listener
+from receipts.delivery.listener import start_listener
 from receipts.delivery.pacing import RateLimiter
 from receipts.delivery.providers import FileSinkProvider, Provider, ResendProvider
 from receipts.delivery.recorder import RECORDER_THREADS, Recorder
@@ -155,7 +155,10 @@ class _Dispatcher:
         )
         self.rows = RowsInHand(self.sizing.capacity)
         self.database = Database(
-            self.database_url, max_size=RECORDER_THREADS + 2, timeout=settings.database_timeout
+            self.database_url,
+            max_size=RECORDER_THREADS + 2,
+            timeout=settings.database_timeout,
+            prepared_statements=settings.prepared_statements,
         )
         self.recorder = Recorder(self.database, self.summary, self._let_go)
         self.halt = threading.Event()  # set on stop or on a fatal error: no new sends
@@ -166,8 +169,7 @@ class _Dispatcher:
         deadline = started + self.max_seconds if self.max_seconds is not None else None
         listener = None
         if self.loop:
-            listener = Listener(self.database_url, self.wake, poll_seconds=self.poll_seconds)
-            listener.start()
+            listener = start_listener(self.settings, self.wake, self.poll_seconds)
         log_fields(
             log,
             "worker started",

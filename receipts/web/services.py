@@ -46,6 +46,7 @@ class Services:
             settings.database_url,
             max_size=settings.pool_max_size,
             timeout=settings.database_timeout,
+            prepared_statements=settings.prepared_statements,
         )
         renderer = Renderer(locale=settings.locale, template_dir=settings.template_dir)
         wake_up = WakeUp(database.url, NOTIFY_CHANNEL)

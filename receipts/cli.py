@@ -42,6 +42,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "prune": ("receipts.commands.prune", "drop old events, attempts and payloads; keep keys"),
     "backfill": ("receipts.commands.backfill", "ingest invoice.paid events Stripe did not deliver"),
     "reconcile": ("receipts.commands.reconcile", "list (or --apply) paid invoices with no receipt"),
+    "doctor": ("receipts.commands.doctor", "check all a deploy can get wrong, one line each"),
 }
 
 

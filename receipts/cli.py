@@ -57,6 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="receipts",
         description="Exactly one 'your invoice is paid' email per paid Stripe invoice.",
     )
+    parser.add_argument("--version", action="version", version=f"receipts {_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (module_name, help_text) in SUBCOMMANDS.items():
         module = cast(Subcommand, importlib.import_module(module_name))
@@ -64,6 +65,16 @@ def build_parser() -> argparse.ArgumentParser:
         module.configure(sub)
         sub.set_defaults(handler=module.run)
     return parser
+
+
+def _version() -> str:
+    """The installed distribution's version (pyproject.toml), as pip knows it."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("receipts")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
 
 
 def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:

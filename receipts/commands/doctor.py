@@ -25,6 +25,7 @@ import argparse
 import json
 from collections.abc import Mapping
 
+from receipts.dev.state import with_dev_database
 from receipts.operations.checks import (
     Check,
     database_checks,
@@ -45,7 +46,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
-    checks = run_checks(environ, use_cache=not args.no_cache)
+    checks = run_checks(with_dev_database(environ), use_cache=not args.no_cache)
     failed = [check for check in checks if not check.ok]
     if args.json:
         document = {

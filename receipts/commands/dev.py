@@ -112,6 +112,7 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
             setup.folder,
             database_url=setup.settings.database_url,
             webhook_url=f"http://{HOST}:{http.server_port}/webhooks/stripe",
+            defaults=_chosen_defaults(setup.settings),
         )
         cleanup.callback(forget_running, setup.folder)
         _print_banner(setup, http)
@@ -163,6 +164,14 @@ def _prepare(configured: Settings, state_override: Path | None, cleanup: ExitSta
     return DevSetup(
         settings=settings, folder=folder, database_note=database_note, notes=tuple(notes)
     )
+
+
+def _chosen_defaults(settings: Settings) -> dict[str, str]:
+    """The settings dev chose on the user's behalf, for `receipts doctor` to check the same."""
+    chosen = {"EMAIL_FROM": settings.email_from or DEV_EMAIL_FROM}
+    if settings.mail_dir is not None and not settings.resend_api_key:
+        chosen["RECEIPTS_MAIL_DIR"] = str(settings.mail_dir)
+    return chosen
 
 
 def _secret_note(configured: Settings, folder: Path, created: bool) -> str:

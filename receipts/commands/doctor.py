@@ -17,6 +17,8 @@ One line per check, ``ok|FAIL name: detail``, exit 1 when any failed:
 
 Run it where the processes run, with their environment (``heroku run
 receipts doctor``), after a deploy or as a periodic check. Nothing is changed.
+Beside a running ``receipts dev`` with DATABASE_URL unset it checks that dev
+set-up: its database, and the sender, mail folder and secret dev chose.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
-    checks = run_checks(with_dev_database(environ), use_cache=not args.no_cache)
+    checks = run_checks(with_dev_database(environ, dev_settings=True), use_cache=not args.no_cache)
     failed = [check for check in checks if not check.ok]
     if args.json:
         document = {

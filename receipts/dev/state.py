@@ -92,6 +92,8 @@ class RunningDev:
     pid: int
     database_url: str
     webhook_url: str
+    # What dev chose for settings left unset (EMAIL_FROM, RECEIPTS_MAIL_DIR).
+    defaults: dict[str, str]
 
 
 def _pointer() -> Path:
@@ -106,9 +108,16 @@ def _write_private(path: Path, document: dict[str, object]) -> None:
         json.dump(document, file)
 
 
-def record_running(folder: Path, *, database_url: str, webhook_url: str) -> None:
+def record_running(
+    folder: Path, *, database_url: str, webhook_url: str, defaults: Mapping[str, str]
+) -> None:
     """Say, until :func:`forget_running`, that this process serves this folder."""
-    document = {"pid": os.getpid(), "database_url": database_url, "webhook_url": webhook_url}
+    document = {
+        "pid": os.getpid(),
+        "database_url": database_url,
+        "webhook_url": webhook_url,
+        "defaults": dict(defaults),
+    }
     _write_private(folder / RUNNING_FILE, document)
     # Without the pointer, other folders do not find this dev server; its own still does.
     with contextlib.suppress(OSError):
@@ -143,6 +152,7 @@ def find_running(environ: Mapping[str, str], override: Path | None = None) -> Ru
             pid=int(recorded["pid"]),
             database_url=str(recorded["database_url"]),
             webhook_url=str(recorded["webhook_url"]),
+            defaults={str(k): str(v) for k, v in dict(recorded.get("defaults") or {}).items()},
         )
     except (OSError, ValueError, KeyError, TypeError):
         return None
@@ -159,11 +169,15 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def with_dev_database(environ: Mapping[str, str]) -> Mapping[str, str]:
+def with_dev_database(
+    environ: Mapping[str, str], *, dev_settings: bool = False
+) -> Mapping[str, str]:
     """``environ``, with the running dev server's database when DATABASE_URL is unset.
 
     Says so on stderr. A dev state folder whose server is not running is an
-    error naming DATABASE_URL, rather than a connection to nothing.
+    error naming DATABASE_URL, rather than a connection to nothing. With
+    ``dev_settings`` (``receipts doctor``), also what dev uses for settings left
+    unset: its sender, its mail folder and its webhook secret.
     """
     if environ.get("DATABASE_URL", "").strip():
         return environ
@@ -182,4 +196,11 @@ def with_dev_database(environ: Mapping[str, str]) -> Mapping[str, str]:
         f"(pid {running.pid}, {running.folder / RUNNING_FILE})",
         file=sys.stderr,
     )
-    return {**environ, "DATABASE_URL": running.database_url}
+    found = {**environ, "DATABASE_URL": running.database_url}
+    if dev_settings:
+        for name, value in running.defaults.items():
+            found.setdefault(name, value)
+        secret = read_dev_secret(running.folder)
+        if secret and not environ.get("STRIPE_WEBHOOK_SECRET", "").strip():
+            found["STRIPE_WEBHOOK_SECRET"] = secret
+    return found

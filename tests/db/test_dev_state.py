@@ -20,6 +20,7 @@ from werkzeug.serving import make_server
 from receipts.cli import main
 from receipts.config import load_settings
 from receipts.dev.state import (
+    DEV_EMAIL_FROM,
     ensure_dev_secret,
     find_running,
     forget_running,
@@ -64,7 +65,8 @@ def dev_server(database_url: str, tmp_path: Path) -> Iterator[tuple[Path, str]]:
     thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     url = f"http://127.0.0.1:{server.server_port}/webhooks/stripe"
-    record_running(folder, database_url=database_url, webhook_url=url)
+    defaults = {"EMAIL_FROM": DEV_EMAIL_FROM, "RECEIPTS_MAIL_DIR": str(folder / "mail")}
+    record_running(folder, database_url=database_url, webhook_url=url, defaults=defaults)
     try:
         yield folder, url
     finally:
@@ -131,6 +133,16 @@ def test_a_dead_dev_server_is_not_found(dev_server: tuple[Path, str]) -> None:
         f'{{"pid": 999999999, "database_url": "x", "webhook_url": "{url}"}}'
     )
     assert find_running({"RECEIPTS_DEV_DIR": str(folder)}) is None
+
+
+def test_doctor_checks_the_running_dev_set_up(dev_server: tuple[Path, str], capsys: Any) -> None:
+    """Beside a running `receipts dev` and nothing configured, doctor checks what dev
+    runs with (its database, sender, mail folder and secret): every check passes."""
+    folder, _ = dev_server
+    assert main(["doctor"], {"RECEIPTS_DEV_DIR": str(folder)}) == 0, capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "ok webhook-secret: 1 Stripe signing secret(s)" in out
+    assert f"ok resend-key: not used: mail goes to .eml files in {folder / 'mail'}" in out
 
 
 def test_version(capsys: Any) -> None:

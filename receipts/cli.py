@@ -5,7 +5,8 @@ and ``run(args, environ) -> int``. Only the chosen subcommand's module is
 imported: ``receipts worker`` on a cron schedule never loads the web stack,
 and ``receipts --help`` lists every command from the table below without
 importing any of them. A ConfigError or DatabaseUnavailable ends the command
-with one line on stderr and a non-zero exit code.
+with one line on stderr and a non-zero exit code; so does a privilege the
+database role lacks (exit 2, naming the privilege).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "backfill": ("receipts.commands.backfill", "ingest invoice.paid events Stripe did not deliver"),
     "reconcile": ("receipts.commands.reconcile", "list (or --apply) paid invoices with no receipt"),
     "preview": ("receipts.commands.preview", "render the receipt an event file would become"),
+    "doctor": ("receipts.commands.doctor", "check all a deploy can get wrong, one line each"),
 }
 
 
@@ -68,6 +70,7 @@ def build_parser(configured: str | None = None) -> argparse.ArgumentParser:
         prog="receipts",
         description="Exactly one 'your invoice is paid' email per paid Stripe invoice.",
     )
+    parser.add_argument("--version", action="version", version=f"receipts {_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (module_name, help_text) in SUBCOMMANDS.items():
         sub = commands.add_parser(name, help=help_text, description=help_text)
@@ -78,10 +81,22 @@ def build_parser(configured: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def _version() -> str:
+    """The installed distribution's version (pyproject.toml), as pip knows it."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("receipts")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
 def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
     arguments = sys.argv[1:] if argv is None else list(argv)
     args = build_parser(chosen_command(arguments)).parse_args(arguments)
     # Imported after parsing: `--help` and a bad command line need neither.
+    import psycopg
+
     from receipts.config import ConfigError
     from receipts.db import DatabaseUnavailable
 
@@ -93,6 +108,10 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     except DatabaseUnavailable as error:
         print(f"receipts: database unavailable: {error}", file=sys.stderr)
         return 3
+    except psycopg.errors.InsufficientPrivilege as error:
+        from receipts.commands import report_denied
+
+        return report_denied(args.command, error, os.environ if environ is None else environ)
     return code
 
 

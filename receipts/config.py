@@ -68,6 +68,20 @@ class Settings:
     pool_max_size: int = 8
     database_timeout: float = 5.0
     statement_timeout: float = 5.0  # seconds a webhook's database work may take (locks too)
+    # "transaction": DATABASE_URL goes through PgBouncer (or another pooler) in
+    # transaction mode: no server-side prepared statements, LISTEN only through
+    # database_direct_url. "session": a direct connection, or session pooling.
+    database_pooling: str = "session"
+    database_direct_url: str | None = None  # bypasses the pooler, for LISTEN
+    # Per-process URLs (the Procfile hands them to each process as DATABASE_URL);
+    # `receipts doctor` checks each role's privileges through them.
+    web_database_url: str | None = None
+    worker_database_url: str | None = None
+
+    @property
+    def prepared_statements(self) -> bool:
+        """Whether psycopg may prepare statements on the server (not through PgBouncer)."""
+        return self.database_pooling != "transaction"
 
 
 # (environment variable, Settings field) for every value that may be required.
@@ -129,6 +143,12 @@ def load_settings(environ: Mapping[str, str], *, required: Iterable[str] = ()) -
         statement_timeout=reader.number(
             "RECEIPTS_STATEMENT_TIMEOUT", 5.0, minimum=0.1, maximum=60.0
         ),
+        database_pooling=reader.choice(
+            "RECEIPTS_DATABASE_POOLING", ("session", "transaction"), "session"
+        ),
+        database_direct_url=reader.database_url("DATABASE_DIRECT_URL"),
+        web_database_url=reader.database_url("RECEIPTS_WEB_DATABASE_URL"),
+        worker_database_url=reader.database_url("RECEIPTS_WORKER_DATABASE_URL"),
     )
     for variable in required:
         if not getattr(settings, REQUIRABLE[variable]):

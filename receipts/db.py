@@ -3,6 +3,13 @@
 Nothing connects at import time or when the pool object is made. The web
 process must start while the database is down and answer 5xx until it is back,
 so the pool opens without waiting and every borrow has a short timeout.
+
+Behind PgBouncer in transaction mode (``RECEIPTS_DATABASE_POOLING=transaction``)
+consecutive transactions of one client connection run on different server
+connections, so a statement psycopg prepared on one is unknown on the next:
+pools are then made with ``prepared_statements=False``. Nothing else here
+keeps session state across transactions. Short-lived connections
+(:func:`connect`) never prepare statements: a command runs each only a few times.
 """
 
 from __future__ import annotations
@@ -55,11 +62,15 @@ class Database:
         max_size: int = 8,
         timeout: float = 5.0,
         work_timeout: float | None = None,
+        prepared_statements: bool = True,
     ) -> None:
         self.url = url
         self._max_size = max_size
         self._timeout = timeout
         self._work_timeout = work_timeout
+        # psycopg prepares a statement on the server from its 5th execution (the
+        # default threshold); None never does.
+        self._prepare_threshold = 5 if prepared_statements else None
         self._pool: ConnectionPool[Connection] | None = None
         self._lock = threading.Lock()
 
@@ -71,7 +82,11 @@ class Database:
                     min_size=1,
                     max_size=self._max_size,
                     timeout=self._timeout,
-                    kwargs={"row_factory": dict_row, "connect_timeout": max(1, int(self._timeout))},
+                    kwargs={
+                        "row_factory": dict_row,
+                        "connect_timeout": max(1, int(self._timeout)),
+                        "prepare_threshold": self._prepare_threshold,
+                    },
                     reconnect_timeout=0,
                     open=False,
                     name="receipts",
@@ -194,6 +209,12 @@ def still_open(conn: Connection) -> bool:
 def connect(url: str, *, autocommit: bool = False) -> Connection:
     """One plain connection, for short-lived commands and LISTEN."""
     try:
-        return psycopg.connect(url, row_factory=dict_row, autocommit=autocommit, connect_timeout=10)
+        return psycopg.connect(
+            url,
+            row_factory=dict_row,
+            autocommit=autocommit,
+            connect_timeout=10,
+            prepare_threshold=None,
+        )
     except psycopg.OperationalError as exc:
         raise DatabaseUnavailable(describe_error(exc)) from exc

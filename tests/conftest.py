@@ -5,6 +5,12 @@ else an embedded server shared by the processes of the test run. Every test
 that asks for ``database_url`` gets a migrated database nobody else uses, so
 code under test may commit freely and tests never share rows; see
 tests/databases.py for how that stays cheap.
+
+With ``RECEIPTS_TEST_THROUGH_PGBOUNCER=1`` the code under test reaches each
+test database through a real PgBouncer in transaction pooling mode
+(``tests/pgbouncer.py``): ``database_url`` is the pooled URL, ``environ`` and
+``pooling`` carry ``RECEIPTS_DATABASE_POOLING=transaction`` and the direct URL
+as ``DATABASE_DIRECT_URL``, and ``db`` (the tests' own observer) stays direct.
 """
 
 from __future__ import annotations
@@ -22,11 +28,12 @@ from flask.testing import FlaskClient
 from receipts.config import Settings, load_settings
 from receipts.dev.embedded import EmbeddedUnavailable
 from receipts.web import create_app
+from tests import pgbouncer as pgbouncer_process
 from tests.databases import DatabasePool, run_id, shared_embedded_server
 from tests.helpers import METRICS_TOKEN, root_logger_restored
 from tests.stripe_events import TEST_SECRET
 
-# /metrics needs a token unless it is scraped on its own port (tests/db/test_metrics.py).
+THROUGH_PGBOUNCER = os.environ.get("RECEIPTS_TEST_THROUGH_PGBOUNCER") == "1"
 
 
 # Tests that start real processes run one at a time within their group, as the
@@ -113,11 +120,41 @@ def database_pool(server_url: str) -> Iterator[DatabasePool]:
     pool.close()
 
 
+@pytest.fixture(scope="session")
+def pgbouncer(server_url: str) -> Iterator[pgbouncer_process.PgBouncer]:
+    """A real PgBouncer in transaction mode in front of the test server."""
+    if pgbouncer_process.binary() is None:
+        reason = "pgbouncer is not installed (apt-get install pgbouncer); PgBouncer runs skipped"
+        if THROUGH_PGBOUNCER:
+            pytest.fail(f"RECEIPTS_TEST_THROUGH_PGBOUNCER=1 but {reason}")
+        pytest.skip(reason)
+    with pgbouncer_process.running_pgbouncer(server_url) as running:
+        yield running
+
+
 @pytest.fixture
-def database_url(database_pool: DatabasePool) -> Iterator[str]:
-    """A migrated database of its own for one test."""
+def direct_database_url(database_pool: DatabasePool) -> Iterator[str]:
+    """A migrated database of its own for one test, reached directly."""
     with database_pool.migrated() as url:
         yield url
+
+
+@pytest.fixture
+def database_url(direct_database_url: str, request: pytest.FixtureRequest) -> str:
+    """The test's database as the code under test reaches it (through PgBouncer in
+    the PgBouncer runs)."""
+    if THROUGH_PGBOUNCER:
+        bouncer: pgbouncer_process.PgBouncer = request.getfixturevalue("pgbouncer")
+        return bouncer.url_for(direct_database_url)
+    return direct_database_url
+
+
+@pytest.fixture
+def pooling(database_url: str, direct_database_url: str) -> dict[str, str]:
+    """The settings a process behind a transaction pooler needs (none when direct)."""
+    if database_url == direct_database_url:
+        return {}
+    return {"RECEIPTS_DATABASE_POOLING": "transaction", "DATABASE_DIRECT_URL": direct_database_url}
 
 
 @pytest.fixture
@@ -128,13 +165,14 @@ def empty_database_url(database_pool: DatabasePool) -> Iterator[str]:
 
 
 @pytest.fixture
-def environ(database_url: str) -> dict[str, str]:
+def environ(database_url: str, pooling: dict[str, str]) -> dict[str, str]:
     """The environment a deployed web process would have."""
     return {
         "DATABASE_URL": database_url,
         "STRIPE_WEBHOOK_SECRET": TEST_SECRET,
         "EMAIL_FROM": "Billing <billing@example.com>",
         "RECEIPTS_METRICS_TOKEN": METRICS_TOKEN,
+        **pooling,
     }
 
 
@@ -156,9 +194,9 @@ def client(app: Flask) -> FlaskClient:
 
 
 @pytest.fixture
-def db(database_url: str) -> Iterator[psycopg.Connection[Any]]:
-    """A plain autocommit connection for assertions."""
+def db(direct_database_url: str) -> Iterator[psycopg.Connection[Any]]:
+    """A plain autocommit connection for assertions, never through a pooler."""
     from psycopg.rows import dict_row
 
-    with psycopg.connect(database_url, autocommit=True, row_factory=dict_row) as conn:
+    with psycopg.connect(direct_database_url, autocommit=True, row_factory=dict_row) as conn:
         yield conn

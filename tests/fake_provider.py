@@ -38,6 +38,16 @@ Control API (JSON in, JSON out):
   late, or never if the client died), ``no_id`` (a 2xx without an id; nothing
   delivered), ``key`` (use this answer only for that Idempotency-Key).
 * ``POST /_config``: ``{"latency": s, "idempotency": bool, "api_key": str|null}``.
+
+Domains (``receipts doctor``), a separate block below:
+
+* ``GET /domains`` lists the account's sending domains as Resend does
+  (``{"object": "list", "data": [{"id", "name", "status", "region",
+  "created_at"}]}``), with the same key check as ``POST /emails``; a key in
+  ``restricted_keys`` is accepted for sending but answered 401
+  ``restricted_api_key`` here, as Resend answers a sending-only key.
+* ``POST /_domains``: ``{"domains": [{"name": "example.com", "status":
+  "verified"}], "restricted_keys": ["re_…"]}`` replaces both lists.
 * ``POST /_clock``: ``{"advance": seconds}`` moves the clock keys age by.
 * ``POST /_reset``: forget keys, deliveries, arrivals, counters and queued answers.
 """
@@ -250,6 +260,40 @@ def _error(status: int, name: str) -> tuple[int, dict[str, str], bytes]:
     return status, {}, json.dumps(message).encode()
 
 
+# --- sending domains (GET /domains), for `receipts doctor` -------------------------
+
+
+@dataclass
+class _Domains:
+    """The account's sending domains, and the keys that may only send."""
+
+    domains: list[dict[str, str]] = field(default_factory=list)
+    restricted_keys: list[str] = field(default_factory=list)
+
+    def configure(self, document: dict[str, Any]) -> None:
+        self.domains = [dict(domain) for domain in document.get("domains", [])]
+        self.restricted_keys = list(document.get("restricted_keys", []))
+
+    def answer(
+        self, fake: FakeResend, authorization: str | None
+    ) -> tuple[int, dict[str, str], bytes]:
+        if authorization and authorization.removeprefix("Bearer ") in self.restricted_keys:
+            status, headers, _ = _error(401, "restricted_api_key")
+            body = {"statusCode": 401, "name": "restricted_api_key",
+                    "message": "This API key is restricted to only send emails"}  # fmt: skip
+            return status, headers, json.dumps(body).encode()
+        refused = fake._check_credentials(authorization)
+        if refused is not None:
+            return refused
+        listed = [
+            {"id": str(uuid.uuid5(uuid.NAMESPACE_DNS, domain["name"])), "name": domain["name"],
+             "status": domain.get("status", "verified"), "region": "us-east-1",
+             "created_at": "2026-01-01 00:00:00.000000+00"}
+            for domain in self.domains
+        ]  # fmt: skip
+        return 200, {}, json.dumps({"object": "list", "data": listed}).encode()
+
+
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     disable_nagle_algorithm = True  # headers and body go out as separate writes
@@ -267,6 +311,8 @@ class _Handler(BaseHTTPRequestHandler):
             with fake._lock:
                 arrivals = list(fake.arrivals)
             self._reply(200, {}, json.dumps(arrivals).encode())
+        elif self.path == "/domains":
+            self._reply(*self.server.domains.answer(fake, self.headers.get("Authorization")))
         else:
             self._reply(*_error(404, "not_found"))
 
@@ -289,6 +335,8 @@ class _Handler(BaseHTTPRequestHandler):
             fake.advance_clock(float(command.get("advance", 0)))
         elif self.path == "/_reset":
             fake.reset()
+        elif self.path == "/_domains":
+            self.server.domains.configure(command)
         else:
             self._reply(*_error(404, "not_found"))
             return
@@ -317,6 +365,7 @@ class _Server(ThreadingHTTPServer):
     def __init__(self, port: int, fake: FakeResend) -> None:
         super().__init__(("127.0.0.1", port), _Handler)
         self.fake = fake
+        self.domains = _Domains()
 
     @property
     def url(self) -> str:
@@ -353,6 +402,12 @@ class FakeProviderClient:
 
     def reset(self) -> None:
         self._post("/_reset", {})
+
+    def set_domains(
+        self, domains: list[dict[str, str]], restricted_keys: list[str] | None = None
+    ) -> None:
+        """The account's sending domains (``{"name", "status"}``) and sending-only keys."""
+        self._post("/_domains", {"domains": domains, "restricted_keys": restricted_keys or []})
 
     def _post(self, path: str, document: dict[str, Any]) -> None:
         requests.post(f"{self.url}{path}", json=document, timeout=5).raise_for_status()

@@ -21,10 +21,12 @@ Rules it keeps, like Stripe:
   ``GET /v1/invoices`` on ``status`` and ``created``; ``GET
   /v1/invoice_payments`` on ``invoice`` and ``status``.
 * ``GET /v1/payment_intents/{id}?expand[0]=latest_charge`` embeds the charge.
+* ``GET /v1/webhook_endpoints`` lists the account's endpoints (``receipts doctor``).
 
 Control API (JSON): ``POST /_state`` ``{"account": "platform", "invoices": [],
 "events": [{"event": {...}, "delivered": false}], "customers": [], "charges": [],
-"payment_intents": [], "invoice_payments": [], "payment_records": []}`` adds
+"payment_intents": [], "invoice_payments": [], "payment_records": [],
+"webhook_endpoints": []}`` adds
 objects; ``POST /_script`` ``{"answers": [{"status": 500, "path": "/v1/invoices",
 "headers": {"Retry-After": "1"}, "after": 0}]}`` queues error answers for the next
 requests whose path starts with ``path`` (any path when absent), each once
@@ -51,7 +53,9 @@ import requests
 
 Json = dict[str, Any]
 Answer = tuple[int, dict[str, str], Json]
-KINDS = ("invoices", "customers", "charges", "payment_intents", "payment_records")
+KINDS = (
+    "invoices", "customers", "charges", "payment_intents", "payment_records", "webhook_endpoints",
+)  # fmt: skip
 
 
 class FakeStripe:
@@ -138,6 +142,9 @@ class FakeStripe:
             if parts[2] not in self._kind(account, "invoices"):
                 return _missing("invoice", parts[2])
             return self._list(path, self._lines[parts[2]], params, newest_first=False)
+        if parts[:2] == ["v1", "webhook_endpoints"] and len(parts) == 2:
+            endpoints = list(self._kind(account, "webhook_endpoints").values())
+            return self._list(path, endpoints, params)
         if len(parts) == 3 and parts[0] == "v1" and parts[1] in KINDS:
             return self._one(account, parts[1], parts[2], raw)
         return _error(404, "invalid_request_error", None, f"Unrecognized request URL (GET: {path})")

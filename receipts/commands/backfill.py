@@ -60,7 +60,12 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     which = "every" if args.all else "undelivered"
     print(f"receipts backfill: {which} invoice.paid events created since {utc(since)}, "
           f"for {', '.join(['platform', *args.account])}")  # fmt: skip
-    database = Database(setup.database_url, max_size=2, timeout=setup.settings.database_timeout)
+    database = Database(
+        setup.database_url,
+        max_size=2,
+        timeout=setup.settings.database_timeout,
+        prepared_statements=setup.settings.prepared_statements,
+    )
     backfill = Backfill(database, setup.deriver, on_event=_print_event, progress=_progress)
     try:
         backfill.run(since=since, accounts=args.account, include_delivered=args.all)

@@ -5,8 +5,10 @@ migrations, serves the webhook on 127.0.0.1 (``--port``, default 8000) and runs
 the worker loop in the same process. Mail goes to ``.eml`` files in the dev
 state folder unless RESEND_API_KEY is set. A webhook secret is generated once
 per state folder (``receipts replay`` finds it there) and accepted next to any
-configured STRIPE_WEBHOOK_SECRET. Ctrl-C or SIGTERM stops the web server, the
-worker and the embedded database, and exits 0.
+configured STRIPE_WEBHOOK_SECRET. While it runs, the folder's ``dev.json``
+names its database and webhook URL: ``replay`` posts to that port, and the
+other commands use that database when DATABASE_URL is unset. Ctrl-C or
+SIGTERM stops the web server, the worker and the embedded database, and exits 0.
 """
 
 from __future__ import annotations
@@ -30,10 +32,12 @@ from receipts.delivery.worker import WorkerSummary, provider_from_settings, run_
 from receipts.dev.embedded import EmbeddedStartFailed, EmbeddedUnavailable, start_server
 from receipts.dev.state import (
     DEV_EMAIL_FROM,
-    DEV_WEBHOOK_URL,
+    RUNNING_FILE,
     SECRET_FILE,
     dev_data_dir,
     ensure_dev_secret,
+    forget_running,
+    record_running,
     state_dir,
 )
 from receipts.logs import configure_logging, log_fields
@@ -103,6 +107,14 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         worker = _start_thread("worker", lambda: _run_worker(setup.settings, stop, worker_result))
         cleanup.callback(worker.join)
         cleanup.callback(stop.set)
+        assert setup.settings.database_url is not None
+        record_running(
+            setup.folder,
+            database_url=setup.settings.database_url,
+            webhook_url=f"http://{HOST}:{http.server_port}/webhooks/stripe",
+            defaults=_chosen_defaults(setup.settings),
+        )
+        cleanup.callback(forget_running, setup.folder)
         _print_banner(setup, http)
         while not stop.wait(0.5):
             if not worker.is_alive():
@@ -152,6 +164,14 @@ def _prepare(configured: Settings, state_override: Path | None, cleanup: ExitSta
     return DevSetup(
         settings=settings, folder=folder, database_note=database_note, notes=tuple(notes)
     )
+
+
+def _chosen_defaults(settings: Settings) -> dict[str, str]:
+    """The settings dev chose on the user's behalf, for `receipts doctor` to check the same."""
+    chosen = {"EMAIL_FROM": settings.email_from or DEV_EMAIL_FROM}
+    if settings.mail_dir is not None and not settings.resend_api_key:
+        chosen["RECEIPTS_MAIL_DIR"] = str(settings.mail_dir)
+    return chosen
 
 
 def _secret_note(configured: Settings, folder: Path, created: bool) -> str:
@@ -211,10 +231,12 @@ def _print_banner(setup: DevSetup, http: BaseWSGIServer) -> None:
         "    stripe trigger invoice.paid --override customer:email=you@example.com",
         "    (start receipts dev with STRIPE_WEBHOOK_SECRET=$(stripe listen --print-secret)",
         "     so their signatures verify; thin events also need STRIPE_API_KEY)",
-        "  Replay a saved event from another terminal:",
-        f"    {_invoked_as()} replay examples/invoice_paid.json{_url_option(port)}",
-        "  Inspect what happened (status, show, review) from another terminal:",
-        f"    DATABASE_URL={setup.settings.database_url} {_invoked_as()} status",
+        "  Replay a saved event from another terminal (it finds this server's port):",
+        f"    {_invoked_as()} replay examples/invoice_paid.json",
+        "  Inspect what happened from another terminal (commands find this database in",
+        f"  {setup.folder / RUNNING_FILE} while DATABASE_URL is unset):",
+        f"    {_invoked_as()} status",
+        f"    {_invoked_as()} show INVOICE_NUMBER|EMAIL|in_…",
         "  Ctrl-C stops everything, the database included.",
         "",
     ]
@@ -236,11 +258,6 @@ def _invoked_as() -> str:
     """``receipts``, or the path it was run by (``.venv/bin/receipts``) so the hint runs as is."""
     invoked = sys.argv[0] if sys.argv else ""
     return invoked if Path(invoked).name == "receipts" else "receipts"
-
-
-def _url_option(port: int) -> str:
-    url = f"http://{HOST}:{port}/webhooks/stripe"
-    return "" if url == DEV_WEBHOOK_URL else f" --url {url}"
 
 
 def _start_thread(name: str, target: Callable[[], None]) -> threading.Thread:

@@ -24,3 +24,15 @@ def duration(seconds: float | None) -> str:
     if hours:
         return f"{sign}{hours}h {minutes:02d}m"
     return f"{sign}{minutes}m {secs:02d}s"
+
+
+def money(amount: int | None, currency: str | None) -> str | None:
+    """``$19.99``, ``¥500``: an amount in the currency's smallest unit, formatted for reading."""
+    if amount is None or currency is None:
+        return None
+    from receipts.ingest.rendering import format_amount
+
+    try:
+        return format_amount(amount, currency, "en_US")
+    except (ValueError, ArithmeticError):
+        return f"{amount} {currency.upper()} (smallest unit)"

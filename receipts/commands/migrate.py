@@ -6,6 +6,7 @@ import argparse
 from collections.abc import Mapping
 
 from receipts.config import load_settings
+from receipts.dev.state import with_dev_database
 from receipts.logs import configure_logging
 from receipts.migrations import migrate
 
@@ -15,6 +16,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
+    if not args.database_url:
+        environ = with_dev_database(environ)
     settings = load_settings(environ, required=() if args.database_url else ("DATABASE_URL",))
     configure_logging(settings.log_format)
     url = args.database_url or settings.database_url

@@ -67,7 +67,12 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         print(f"receipts prune: {exc}", file=sys.stderr)
         return 2
     settings, database_url = database_settings(environ)
-    database = Database(database_url, max_size=1, timeout=settings.database_timeout)
+    database = Database(
+        database_url,
+        max_size=1,
+        timeout=settings.database_timeout,
+        prepared_statements=settings.prepared_statements,
+    )
     try:
         if args.dry_run:
             with database.transaction() as conn:

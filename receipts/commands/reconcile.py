@@ -52,7 +52,12 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     since = int(time.time()) - args.since
     print(f"receipts reconcile: paid invoices created since {utc(since)}, "
           f"for {', '.join(['platform', *args.account])}")  # fmt: skip
-    database = Database(setup.database_url, max_size=2, timeout=setup.settings.database_timeout)
+    database = Database(
+        setup.database_url,
+        max_size=2,
+        timeout=setup.settings.database_timeout,
+        prepared_statements=setup.settings.prepared_statements,
+    )
     reconcile = Reconcile(database, setup.deriver, progress=_progress)
     try:
         report = reconcile.run(since=since, accounts=args.account, apply=args.apply)

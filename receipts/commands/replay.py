@@ -4,8 +4,11 @@ The event is the JSON that ``stripe events retrieve evt_…`` or the Dashboard
 shows. Each delivery is signed at send time with every configured secret
 (``t=…,v1=…``, HMAC-SHA256 over ``{t}.{body}``), the way Stripe signs during a
 secret rotation. Without STRIPE_WEBHOOK_SECRET the secret ``receipts dev``
-generated in the dev state folder is used. ``--times`` and ``--concurrent``
-reproduce a redelivery storm; the summary counts status codes and outcomes.
+generated in the dev state folder is used, and without ``--url`` the running
+``receipts dev``'s own webhook URL (its ``--port``), also when replay runs in
+another folder. ``--times`` and ``--concurrent`` reproduce a redelivery storm;
+the summary counts status codes and outcomes, a redelivery of an event already
+stored counting as ``duplicate``.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from urllib.parse import urlsplit
 import requests
 
 from receipts.config import ConfigError, load_settings
-from receipts.dev.state import DEV_WEBHOOK_URL, read_dev_secret, state_dir
+from receipts.dev.state import DEV_WEBHOOK_URL, find_running, read_dev_secret, state_dir
 
 REQUEST_TIMEOUT_SECONDS = 10.0
 MAX_TIMES = 10_000
@@ -62,8 +65,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--url",
         type=_http_url,
-        default=DEV_WEBHOOK_URL,
-        help=f"webhook endpoint (default: {DEV_WEBHOOK_URL})",
+        default=None,
+        help=f"webhook endpoint (default: the running `receipts dev`'s, else {DEV_WEBHOOK_URL})",
     )
     parser.add_argument(
         "--times", type=_bounded(1, MAX_TIMES), default=1, help="deliveries to make (default: 1)"
@@ -88,9 +91,11 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         print(f"receipts replay: {problem}", file=sys.stderr)
         return 2
     settings = load_settings(environ)
+    running = find_running(environ, args.state_dir)
+    url = args.url or (running.webhook_url if running else DEV_WEBHOOK_URL)
     secrets = settings.stripe_webhook_secrets
     if not secrets:
-        folder = state_dir(settings, args.state_dir)
+        folder = running.folder if running else state_dir(settings, args.state_dir)
         dev_secret = read_dev_secret(folder)
         if dev_secret is None:
             raise ConfigError(
@@ -98,8 +103,8 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
                 f"is not set and {folder} holds no dev secret (start `receipts dev` first)",
             )
         secrets = (dev_secret,)
-    deliveries = replay(event, args.url, secrets, times=args.times, concurrent=args.concurrent)
-    print_summary(event, args.url, deliveries)
+    deliveries = replay(event, url, secrets, times=args.times, concurrent=args.concurrent)
+    print_summary(event, url, deliveries)
     return 0 if all(delivery.accepted for delivery in deliveries) else 1
 
 
@@ -163,6 +168,9 @@ def _outcome(response: requests.Response) -> str:
         return response.reason or ""
     if isinstance(answer, dict):
         outcome = answer.get("outcome") or answer.get("error")
+        if answer.get("redelivery") is True:
+            # Stored already: this delivery changed nothing, whatever the first one did.
+            outcome = "duplicate"
         key = answer.get("message_key")
         if outcome:
             return f"{outcome} {key}" if key else str(outcome)

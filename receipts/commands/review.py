@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from receipts.commands import database_settings
-from receipts.commands.formatting import iso
+from receipts.commands.formatting import duration, iso, money
 from receipts.db import Connection, connect
 from receipts.logs import log_fields
 from receipts.operations.operator_input import ECHO_LIMIT, InvalidInput, parse_sent_at, shown
@@ -149,24 +149,77 @@ def _decide(
 
 def _print_list(rows: list[dict[str, Any]], *, as_json: bool) -> None:
     if as_json:
-        print(json.dumps(rows, indent=2, default=str))
+        print(json.dumps([_list_entry(row) for row in rows], indent=2, default=str))
         return
     if not rows:
         print("no receipts in review")
         return
     for row in rows:
-        flags = []
-        if not row["has_email"]:
-            flags.append("no email could be made")
-        if row["abandoned_attempt"]:
-            flags.append("has an attempt that never finished")
-        if row["provider_reported_send"]:
-            flags.append("the provider reported sending it: see `receipts show`")
-        extra = f"  [{'; '.join(flags)}]" if flags else ""
         print(
-            f"{row['message_key']}  {row['review_reason']}  attempts {row['attempts']}  "
-            f"since {iso(row['updated_at'])}{extra}"
+            f"{row['message_key']}  {row['review_reason']}  age {duration(row['age_seconds'])}  "
+            f"attempts {row['attempts']}{_list_flags(row)}"
         )
-        if row["last_error"]:
+        print(f"    {_invoice_line(row)}")
+        said = _provider_said(row)
+        if said:
+            print(f"    provider said: {said}")
+        elif row["last_error"]:
             print(f"    last error: {row['last_error']}")
     print(f"{len(rows)} receipt(s)")
+
+
+def _invoice_line(row: dict[str, Any]) -> str:
+    """``invoice ACME-0102  $19.99  to jenny@example.com``: what support knows it by."""
+    parts = [row["invoice_number"] or row["invoice_id"], money(row["amount"], row["currency"])]
+    customer = row["customer_email"] or "no address"
+    return f"invoice {'  '.join(part for part in parts if part)}  to {customer}"
+
+
+def _list_flags(row: dict[str, Any]) -> str:
+    flags = []
+    if not row["has_email"]:
+        flags.append("no email could be made")
+    if row["abandoned_attempt"]:
+        flags.append("has an attempt that never finished")
+    if row["provider_reported_send"]:
+        flags.append("the provider reported sending it: see `receipts show`")
+    return f"  [{'; '.join(flags)}]" if flags else ""
+
+
+def _provider_said(row: dict[str, Any]) -> str | None:
+    """``HTTP 422 validation_error: "Invalid `to` field…"``: the provider's last answer."""
+    parts = []
+    if row["last_http_status"] is not None:
+        parts.append(f"HTTP {row['last_http_status']}")
+    if row["last_provider_error"]:
+        parts.append(row["last_provider_error"])
+    said = " ".join(parts)
+    if row["last_provider_message"]:
+        said += f": {json.dumps(row['last_provider_message'], ensure_ascii=False)}"
+    return said or None
+
+
+def _list_entry(row: dict[str, Any]) -> dict[str, Any]:
+    """The JSON of one row: what the text shows, under stable names."""
+    return {
+        "message_key": row["message_key"],
+        "review_reason": row["review_reason"],
+        "age_seconds": round(row["age_seconds"], 1),
+        "attempts": row["attempts"],
+        "invoice_id": row["invoice_id"],
+        "invoice_number": row["invoice_number"],
+        "customer_email": row["customer_email"],
+        "amount": row["amount"],
+        "currency": row["currency"],
+        "amount_display": money(row["amount"], row["currency"]),
+        "last_error": row["last_error"],
+        "provider_http_status": row["last_http_status"],
+        "provider_error": row["last_provider_error"],
+        "provider_message": row["last_provider_message"],
+        "has_email": row["has_email"],
+        "abandoned_attempt": row["abandoned_attempt"],
+        "provider_reported_send": row["provider_reported_send"],
+        "created_at": row["created_at"],
+        "updated_at": row["updated_at"],
+        "first_attempt_at": row["first_attempt_at"],
+    }

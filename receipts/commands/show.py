@@ -1,8 +1,15 @@
-"""``receipts show KEY|INVOICE_ID``: the incident timeline of a receipt.
+"""``receipts show KEY|INVOICE_ID|INVOICE_NUMBER|EMAIL|EVENT_ID|PROVIDER_ID``: what happened.
 
-An invoice id may name several receipts (Connect account, live/test mode,
-deliberate resends): each is shown. The frozen email (body, invoice link) is
-printed only with ``--payload``. Exit 1 when nothing matches.
+Support holds an invoice number or a customer's address more often than a
+message key: each is looked up (``receipts.operations.lookup``) and every
+receipt it names is shown with its incident timeline (an address: all
+receipts to it, newest first). An event that made no receipt (a zero-value
+invoice is *ignored*) is shown with its reason, and an event id looked up
+says what that event became (queued, duplicate, conflict, ignored) and why.
+
+The frozen email (body, invoice link) is printed only with ``--payload``.
+Exit 1 when nothing at all matches: then no receipt and no recorded Stripe
+event names it.
 """
 
 from __future__ import annotations
@@ -15,13 +22,21 @@ from typing import Any
 
 from receipts.commands import database_settings
 from receipts.commands.formatting import iso
+from receipts.commands.timeline_text import render
+from receipts.operations.lookup import EVENT_ID, MESSAGE_KEY, Found, event_verdict, look_up
 from receipts.operations.snapshot import read_only_snapshot
-from receipts.operations.timeline import Timeline, find_keys, names_message_key, read_timeline
-from receipts.vocabulary import ReviewReason, RowStatus
+from receipts.operations.timeline import Timeline, read_timeline
+
+_TARGET = "KEY|INVOICE_ID|INVOICE_NUMBER|EMAIL|EVENT_ID|PROVIDER_ID"
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("target", metavar="KEY|INVOICE_ID", help="a message key or an in_… id")
+    parser.add_argument(
+        "target",
+        metavar=_TARGET,
+        help="a message key, an in_… id, an invoice number (ACME-0102), a customer's email "
+        "address, a Stripe event id (evt_…) or the provider's email id",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     parser.add_argument(
         "--payload",
@@ -32,22 +47,107 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     _settings, database_url = database_settings(environ)
+    target = args.target.strip()
     with read_only_snapshot(database_url) as conn:
-        keys = find_keys(conn, args.target)
-        timelines = [read_timeline(conn, key, with_payload=args.payload) for key in keys]
-    if not timelines:
-        what = "message key" if names_message_key(args.target) else "invoice id"
-        print(f"receipts show: no receipt found for {what} {args.target!r}", file=sys.stderr)
+        found = look_up(conn, target)
+        timelines = [read_timeline(conn, key, with_payload=args.payload) for key in found.keys]
+    if found.empty:
+        print(f"receipts show: {_nothing_found(found)}", file=sys.stderr)
         return 1
     if args.json:
-        document = [_as_json(timeline, args.payload) for timeline in timelines]
-        print(json.dumps(document, indent=2, default=str))
+        print(json.dumps(_as_json(found, timelines, args.payload), indent=2, default=str))
     else:
-        print("\n\n".join(render(timeline) for timeline in timelines))
+        print("\n\n".join(_text(found, timelines)))
     return 0
 
 
-def _as_json(timeline: Timeline, with_payload: bool) -> dict[str, Any]:
+def _nothing_found(found: Found) -> str:
+    nothing = f"no receipt found for {found.kind} {found.target!r}"
+    if found.kind == MESSAGE_KEY:
+        return nothing
+    return (
+        f"{nothing}, and no Stripe event names it: the event never reached us, or it is "
+        "older than `receipts prune` keeps events (30 days by default). "
+        "`receipts reconcile` finds paid invoices without a receipt."
+    )
+
+
+def _text(found: Found, timelines: list[Timeline]) -> list[str]:
+    blocks: list[str] = []
+    if found.thin_event is not None:
+        blocks.append(_thin_line(found.thin_event))
+    if found.kind == EVENT_ID:
+        blocks += [_event_block(event, timelines) for event in found.events]
+    elif found.events:
+        blocks.append(_rowless_block(found))
+    if len(timelines) > 1:
+        blocks.append(f"{len(timelines)} receipts for {found.kind} {found.target}:")
+    blocks += [render(timeline) for timeline in timelines]
+    return blocks
+
+
+def _event_block(event: dict[str, Any], timelines: list[Timeline]) -> str:
+    fingerprint = timelines[0].row.get("fingerprint") if timelines else None
+    return (
+        f"event {event['event_id']} {event['event_type']} {_about(event)}, "
+        f"{event['deliveries']} deliveries, first {iso(event['first_received_at'])}"
+        f"{_source(event)}\n  {event_verdict(event, fingerprint)}"
+    )
+
+
+def _rowless_block(found: Found) -> str:
+    lines = [f"Stripe events for {found.kind} {found.target} that made no receipt:"]
+    for event in found.events:
+        lines.append(
+            f"  {event['event_id']} {event['event_type']} {_about(event)}, "
+            f"first {iso(event['first_received_at'])}{_source(event)}"
+        )
+        lines.append(f"    {event_verdict(event)}")
+    return "\n".join(lines)
+
+
+def _about(event: dict[str, Any]) -> str:
+    facts = [event["invoice_number"], event["customer_email"]]
+    details = ", ".join(fact for fact in facts if fact)
+    invoice = event["invoice_id"] or "no invoice"
+    return f"for {invoice}" + (f" ({details})" if details else "")
+
+
+def _source(event: dict[str, Any]) -> str:
+    return f", via {event['source']}" if event.get("source") not in (None, "webhook") else ""
+
+
+def _thin_line(thin: dict[str, Any]) -> str:
+    error = f"; last error: {thin['last_error']}" if thin["last_error"] else ""
+    return (
+        f"thin event {thin['event_id']} {thin['event_type']} for {thin['related_object_id']}: "
+        f"received {thin['deliveries']} time(s), first {iso(thin['first_received_at'])}; its "
+        f"invoice has not been fetched from Stripe's API yet ({thin['fetch_attempts']} "
+        f"tries{error}). Stripe's next delivery or `receipts backfill` fetches it."
+    )
+
+
+def _as_json(found: Found, timelines: list[Timeline], with_payload: bool) -> list[dict[str, Any]]:
+    """One entry per receipt; an event that made none is an entry with ``message_key`` null."""
+    verdicts = {event["event_id"]: event_verdict(event) for event in found.events}
+    document: list[dict[str, Any]] = [
+        {"message_key": None, "stripe_event": event, "verdict": verdicts[event["event_id"]]}
+        for event in found.events
+        if not event["message_key"]
+    ]
+    if found.thin_event is not None:
+        document.append({"message_key": None, "thin_event": found.thin_event})
+    for timeline in timelines:
+        entry = _timeline_json(timeline, with_payload)
+        matched = [event for event in found.events if event["message_key"] == timeline.message_key]
+        if matched:
+            entry["matched_event"] = matched[0]
+            entry["verdict"] = event_verdict(matched[0], timeline.row.get("fingerprint"))
+        document.append(entry)
+    return document
+
+
+def _timeline_json(timeline: Timeline, with_payload: bool) -> dict[str, Any]:
     row = dict(timeline.row)
     row["lease_token"] = str(row["lease_token"]) if row["lease_token"] else None
     document: dict[str, Any] = {
@@ -61,113 +161,3 @@ def _as_json(timeline: Timeline, with_payload: bool) -> dict[str, Any]:
     if with_payload:
         document["payload"] = timeline.payload
     return document
-
-
-def render(timeline: Timeline) -> str:
-    row = timeline.row
-    lines = [f"receipt {timeline.message_key}"]
-    state = row["status"] + (f" ({row['review_reason']})" if row["review_reason"] else "")
-    lines += [
-        f"  status        {state}",
-        f"  invoice       {row['invoice_id']}  account {row['account']}  "
-        f"{'live' if row['livemode'] else 'test'}",
-        f"  recipients    {', '.join(row['recipients'] or []) or '-'}",
-        f"  created       {iso(row['created_at'])} from event {row['source_event_id']}",
-        f"  attempts      {row['attempts']}  first {iso(row['first_attempt_at'])}  "
-        f"next ready {iso(row['available_at'])}",
-    ]
-    if row["status"] == RowStatus.PROCESSING:
-        lines.append(f"  leased until  {iso(row['locked_until'])}")
-    if row["provider_id"] or row["sent_at"]:
-        lines.append(f"  sent          {iso(row['sent_at'])}  provider id {row['provider_id']}")
-    if row["delivery_status"]:
-        lines.append(
-            f"  delivery      {row['delivery_status']} at {iso(row['delivery_status_at'])}"
-        )
-    if row["last_error"]:
-        lines.append(f"  last error    {row['last_error']}")
-    lines += _decision_hint(timeline)
-    lines += _section("stripe events", timeline.events, _event_line)
-    lines += _section("attempts", timeline.attempts, _attempt_line)
-    lines += _section("operator actions", timeline.actions, _action_line)
-    lines += _section("delivery events", timeline.deliveries, _delivery_line)
-    if timeline.payload is not None:
-        lines.append("  payload")
-        lines += ["    " + line for line in json.dumps(timeline.payload, indent=2).splitlines()]
-    return "\n".join(lines)
-
-
-def _decision_hint(timeline: Timeline) -> list[str]:
-    """For an open review row: the commands, and whether the provider may have it."""
-    row = timeline.row
-    if row["status"] != RowStatus.REVIEW or row["review_reason"] == ReviewReason.DISMISSED:
-        return []
-    hint = [f"  decide        receipts review resolve|retry|resend|dismiss {row['message_key']} "
-            "--reason …"]  # fmt: skip
-    if any(a["uncertain"] and a["beyond_key_window"] for a in timeline.attempts):
-        hint.append(
-            "  ! an attempt that may have reached the provider is older than its 24 h "
-            "idempotency window: look the key up in the provider's logs before a retry"
-        )
-    for email_id in sorted({d["email_id"] for d in _unrecorded_sends(timeline)}):
-        hint.append(
-            f"  ! the provider reported email {email_id} with this receipt's tag: it was sent "
-            f"(`receipts review resolve {row['message_key']} --provider-id {email_id}`)"
-        )
-    return hint
-
-
-def _unrecorded_sends(timeline: Timeline) -> list[dict[str, Any]]:
-    """Delivery events matched by tag only: sends this row never recorded."""
-    return [d for d in timeline.deliveries if d["outcome"] == "unknown_email" and d["email_id"]]
-
-
-def _section(title: str, items: list[dict[str, Any]], line: Any) -> list[str]:
-    if not items:
-        return [f"  {title}: none"]
-    return [f"  {title}:"] + [f"    {line(item)}" for item in items]
-
-
-def _event_line(event: dict[str, Any]) -> str:
-    detail = f" ({event['detail']})" if event["detail"] else ""
-    return (
-        f"{event['event_id']} {event['event_type']} {event['outcome']}{detail}, "
-        f"{event['deliveries']} deliveries, first {iso(event['first_received_at'])}, "
-        f"last {iso(event['last_received_at'])}"
-    )
-
-
-def _attempt_line(attempt: dict[str, Any]) -> str:
-    parts = [
-        f"#{attempt['attempt']} {iso(attempt['started_at'])} worker {attempt['worker_id']}",
-        f"outcome {attempt['outcome'] or '-'}",
-        f"http {attempt['http_status'] or '-'}",
-    ]
-    if attempt["provider_error"]:
-        parts.append(f"error {attempt['provider_error']}")
-    if attempt["provider_id"]:
-        parts.append(f"provider id {attempt['provider_id']}")
-    if attempt["finished_at"]:
-        parts.append(f"finished {iso(attempt['finished_at'])}")
-    line = ", ".join(parts)
-    if attempt["uncertain"]:
-        line += f"\n      ! {attempt['uncertain']}"
-    return line
-
-
-def _action_line(action: dict[str, Any]) -> str:
-    details = f" {json.dumps(action['details'], sort_keys=True)}" if action["details"] else ""
-    return (
-        f"{iso(action['performed_at'])} {action['action']} by {action['performed_by']}: "
-        f"{action['reason']}{details}"
-    )
-
-
-def _delivery_line(delivery: dict[str, Any]) -> str:
-    line = (
-        f"{iso(delivery['occurred_at'] or delivery['received_at'])} {delivery['event_type']} "
-        f"({delivery['outcome']}) svix id {delivery['svix_id']}"
-    )
-    if delivery["outcome"] == "unknown_email":
-        line += f", email {delivery['email_id']} not recorded on this receipt (matched by tag)"
-    return line

@@ -136,6 +136,7 @@ def record_attempts(
         "last_errors": [result.last_error for _, result in answered],
         "http_statuses": [result.http_status for _, result in answered],
         "provider_errors": [result.provider_error for _, result in answered],
+        "provider_messages": [result.provider_message for _, result in answered],
     }
     rows = conn.execute(_Q["record_attempts"], columns).fetchall()
     held = {row["id"]: row["held"] for row in rows}

@@ -49,6 +49,7 @@ class AttemptResult:
     refund_attempt: bool = False  # the attempt did not count against the budget
     http_status: int | None = None
     provider_error: str | None = None
+    provider_message: str | None = None  # the provider's own words, one line
     provider_id: str | None = None
     review_reason: str | None = None
     last_error: str | None = None
@@ -102,6 +103,7 @@ def _result(
         outcome=AttemptOutcome.RETRY,
         http_status=answer.http_status,
         provider_error=answer.error,
+        provider_message=answer.message,
         provider_id=answer.provider_id,
         last_error=answer.error,
     )

@@ -6,6 +6,13 @@ that makes a row ready; :class:`Listener` holds one connection that LISTENs
 notification. Notifications can be missed (while reconnecting) or folded
 together, so the dispatcher also polls; this only makes it prompt.
 docs/architecture.md, "Waking the workers", describes both sides.
+
+LISTEN is session state: through PgBouncer in transaction mode it would be
+forgotten as soon as its transaction ended, and no notification would ever
+arrive. The listener therefore connects to ``DATABASE_DIRECT_URL`` when it is
+set; without it, when ``RECEIPTS_DATABASE_POOLING=transaction`` says that
+``DATABASE_URL`` goes through such a pooler, there is no listener and the worker
+polls, which :func:`start_listener` says in the log.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ import threading
 import psycopg
 
 from receipts import queries
+from receipts.config import Settings
 from receipts.db import DatabaseUnavailable, connect, describe_error
 from receipts.logs import log_fields
 
@@ -62,3 +70,27 @@ class Listener:
                     error=describe_error(exc),
                 )
                 self._finished.wait(self._poll_seconds)
+
+
+def start_listener(
+    settings: Settings, wake: threading.Event, poll_seconds: float
+) -> Listener | None:
+    """A started listener on a connection that can LISTEN, or None (and a log line saying so)."""
+    url = settings.database_direct_url
+    if url is None and not settings.prepared_statements:
+        log_fields(
+            log,
+            "LISTEN needs a direct connection and DATABASE_URL goes through a transaction "
+            "pooler; set DATABASE_DIRECT_URL to be woken at once. Polling meanwhile",
+            logging.WARNING,
+            poll_seconds=poll_seconds,
+        )
+        return None
+    listener = Listener(url or settings.database_url or "", wake, poll_seconds=poll_seconds)
+    listener.start()
+    log_fields(
+        log,
+        "listening for new receipts",
+        through="DATABASE_DIRECT_URL" if settings.database_direct_url else "DATABASE_URL",
+    )
+    return listener

@@ -54,6 +54,7 @@ class ProviderAnswer:
     http_status: int | None = None
     provider_id: str | None = None
     error: str | None = None  # the provider's error name, or ours for network failures
+    message: str | None = None  # the provider's error message, one line (for operators)
     retry_after: float | None = None  # seconds the provider asked us to wait
     rate_limit_reset: float | None = None  # seconds until the provider's window resets
     rate_limit_remaining: int | None = None
@@ -145,6 +146,7 @@ def classify_response(status: int, headers: Any, body: bytes) -> ProviderAnswer:
             return replace(answer, kind="accepted", provider_id=provider_id)
         return replace(answer, error="no_provider_id")
     error = _error_name(document, status)
+    answer = replace(answer, message=_error_message(document))
     if status in (401, 403):
         return replace(answer, kind="unauthorized", error=error)
     if (status == 409 and error == KEY_IN_PROGRESS) or status in (408, 429) or status >= 500:
@@ -169,6 +171,20 @@ def _error_name(document: dict[str, Any], status: int) -> str:
     if isinstance(name, str) and _ERROR_NAME.fullmatch(name):
         return name
     return f"http_{status}"
+
+
+_UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f]+")
+
+
+def _error_message(document: dict[str, Any]) -> str | None:
+    """The provider's ``message`` for a person to read: one line, at most 300 characters.
+
+    Kept with the attempt, never logged: Resend names the refused address in it.
+    """
+    message = document.get("message")
+    if not isinstance(message, str):
+        return None
+    return _UNPRINTABLE.sub(" ", message).strip()[:300] or None
 
 
 def _seconds(value: str | None) -> float | None:

@@ -26,11 +26,13 @@ import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 
+import psycopg
+
 from receipts.config import ConfigError, Settings
-from receipts.db import Database, DatabaseUnavailable
+from receipts.db import Database, DatabaseUnavailable, describe_error
 from receipts.delivery import claims
 from receipts.delivery.decisions import RELEASED, RunStop, decide
-from receipts.delivery.listener import Listener
+from receipts.delivery.listener import start_listener
 from receipts.delivery.pacing import RateLimiter
 from receipts.delivery.providers import FileSinkProvider, Provider, ResendProvider
 from receipts.delivery.recorder import RECORDER_THREADS, Recorder
@@ -153,7 +155,10 @@ class _Dispatcher:
         )
         self.rows = RowsInHand(self.sizing.capacity)
         self.database = Database(
-            self.database_url, max_size=RECORDER_THREADS + 2, timeout=settings.database_timeout
+            self.database_url,
+            max_size=RECORDER_THREADS + 2,
+            timeout=settings.database_timeout,
+            prepared_statements=settings.prepared_statements,
         )
         self.recorder = Recorder(self.database, self.summary, self._let_go)
         self.halt = threading.Event()  # set on stop or on a fatal error: no new sends
@@ -164,8 +169,7 @@ class _Dispatcher:
         deadline = started + self.max_seconds if self.max_seconds is not None else None
         listener = None
         if self.loop:
-            listener = Listener(self.database_url, self.wake, poll_seconds=self.poll_seconds)
-            listener.start()
+            listener = start_listener(self.settings, self.wake, self.poll_seconds)
         log_fields(
             log,
             "worker started",
@@ -252,6 +256,10 @@ class _Dispatcher:
                     max_attempts=self.settings.max_attempts,
                     retry_cutoff_hours=self.settings.retry_cutoff_hours,
                 )
+        except psycopg.errors.InsufficientPrivilege as exc:
+            # A role without the worker's grants: retrying cannot help.
+            self.summary.stop(f"the database role lacks a privilege: {describe_error(exc)}", 2)
+            return None
         except DatabaseUnavailable as exc:
             log_fields(log, "claim failed", logging.ERROR, worker=self.worker_id, error=str(exc))
             if not self.loop:

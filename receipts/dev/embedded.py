@@ -9,8 +9,10 @@ process adds its pid to ``.handle_pids.json`` there, and the last one to leave
 stops the server. A process killed with SIGKILL never leaves, so its pid would
 keep the server running forever; :func:`start_server` drops such dead owners
 (and a ``postmaster.pid`` left by a killed server) before attaching. It also
-starts the server listening on a free 127.0.0.1 port, next to the unix socket,
-and hands out TCP URLs.
+starts the server listening on a 127.0.0.1 port, next to the unix socket, and
+hands out TCP URLs. The port is remembered next to the data directory, so a
+restarted server gets the same one back (a URL saved in another terminal keeps
+working) unless something else took it meanwhile.
 
 ``python -m receipts.dev.embedded [DATA_DIR]`` runs a server on its own until
 SIGTERM or Ctrl-C and prints its URL.
@@ -95,6 +97,8 @@ class EmbeddedServer:
         self._handle.cleanup()
         if self._delete_on_exit and not self.data_dir.exists():
             with contextlib.suppress(OSError):
+                _port_file(self.data_dir).unlink()
+            with contextlib.suppress(OSError):
                 self.data_dir.parent.rmdir()
 
 
@@ -148,10 +152,11 @@ def _start_listening_on_tcp(data_dir: Path, attempts: int = 3) -> None:
     # PostgreSQL refuses to run as root; the package made this user when it initialized.
     user = SYSTEM_USER if hasattr(os, "geteuid") and os.geteuid() == 0 else None
     for attempt in range(1, attempts + 1):
+        port = _port_for(data_dir)
         command = [
             str(POSTGRES_BIN_PATH / "pg_ctl"),
             *("-D", str(data_dir), "-w", "-t", "60", "-l", str(data_dir / "log")),
-            *("-o", f"-h {LISTEN_HOST} -p {_free_port()} -k {data_dir}", "start"),
+            *("-o", f"-h {LISTEN_HOST} -p {port} -k {data_dir}", "start"),
         ]
         # pg_ctl's output goes to files: a pipe held open by the server would hang us.
         with tempfile.TemporaryFile() as output:
@@ -159,9 +164,31 @@ def _start_listening_on_tcp(data_dir: Path, attempts: int = 3) -> None:
             output.seek(0)
             message = output.read().decode(errors="replace").strip()
         if result.returncode == 0:
+            with contextlib.suppress(OSError):
+                _port_file(data_dir).write_text(f"{port}\n")
             return
         log.info("embedded server start attempt %s failed: %s", attempt, message)
+        with contextlib.suppress(OSError):
+            _port_file(data_dir).unlink()  # taken meanwhile: a free one next time
     raise RuntimeError(f"pg_ctl start failed: {message.splitlines()[-1] if message else ''}")
+
+
+def _port_file(data_dir: Path) -> Path:
+    return data_dir.parent / "port"
+
+
+def _port_for(data_dir: Path) -> int:
+    """The port this data directory's server used last, while it is free; else a free one."""
+    try:
+        remembered = int(_port_file(data_dir).read_text().strip())
+    except (OSError, ValueError):
+        return _free_port()
+    with socket.socket() as probe:
+        try:
+            probe.bind((LISTEN_HOST, remembered))
+        except OSError:
+            return _free_port()
+    return remembered
 
 
 def _free_port() -> int:

@@ -19,6 +19,7 @@ from psycopg.types.json import Jsonb
 from receipts import queries
 from receipts.db import Connection
 from receipts.ingest.events import EventHeader
+from receipts.ingest.invoice_summary import InvoiceSummary, summarize
 from receipts.ingest.receipt import Decision, Ignored, ReceiptJob, UnsendableReceipt
 from receipts.vocabulary import IMPORTED_FINGERPRINT_PREFIX, PURPOSE, IngestOutcome, RowStatus
 
@@ -48,7 +49,10 @@ def ingest(conn: Connection, header: EventHeader, decision: Decision) -> IngestR
     which do see that row.
     """
     if isinstance(decision, Ignored):
-        return _record_event(conn, header, IngestOutcome.IGNORED, None, None, decision.reason)
+        summary = summarize(header.data_object, None)
+        return _record_event(
+            conn, header, IngestOutcome.IGNORED, None, None, decision.reason, summary
+        )
     detail = decision.reason if isinstance(decision, UnsendableReceipt) else None
     result = _ingest_in_one_statement(conn, header, decision, detail)
     if result is not None:
@@ -56,7 +60,13 @@ def ingest(conn: Connection, header: EventHeader, decision: Decision) -> IngestR
     with conn.transaction():
         outcome = _insert_outbox_row(conn, header, decision)
         return _record_event(
-            conn, header, outcome, decision.message_key, decision.fingerprint, detail
+            conn,
+            header,
+            outcome,
+            decision.message_key,
+            decision.fingerprint,
+            detail,
+            _summary(header, decision),
         )
 
 
@@ -82,10 +92,17 @@ def _ingest_in_one_statement(
     return _result(header, row)
 
 
+def _summary(header: EventHeader, decision: ReceiptJob | UnsendableReceipt) -> InvoiceSummary:
+    payload = decision.payload if isinstance(decision, ReceiptJob) else None
+    return summarize(header.data_object, payload)
+
+
 def _outbox_row(header: EventHeader, decision: ReceiptJob | UnsendableReceipt) -> dict[str, Any]:
-    """The parameters of a new outbox row: pending with its email, or review with its reason."""
+    """The parameters of a new outbox row: pending with its email, or review with its reason,
+    and what support looks it up by (invoice number, customer address, amount)."""
     is_job = isinstance(decision, ReceiptJob)
     return {
+        **_summary(header, decision).columns(),
         "key": decision.message_key,
         "purpose": PURPOSE,
         "account": header.account,
@@ -131,11 +148,15 @@ def _record_event(
     key: str | None,
     fingerprint: str | None,
     detail: str | None,
+    summary: InvoiceSummary,
 ) -> IngestResult:
     """Insert the event, or count one more delivery of it and keep its first outcome."""
     row = conn.execute(
         _Q["record_stripe_event"],
         {
+            "invoice_id": summary.invoice_id,
+            "invoice_number": summary.number,
+            "customer_email": summary.customer_email,
             "event_id": header.event_id,
             "event_type": header.event_type,
             "account": header.account,

@@ -63,6 +63,10 @@ def resend(conn: Connection, key: str, decider: Decider, *, to: str | None = Non
             "source_event_id": row["source_event_id"],
             "fingerprint": row["fingerprint"],
             "payload": Jsonb(_resend_payload(row["payload"], new_key, to)),
+            "invoice_number": row["invoice_number"],
+            "customer_email": to or row["customer_email"],
+            "amount": row["amount"],
+            "currency": row["currency"],
         },
     )
     wake_workers(conn)

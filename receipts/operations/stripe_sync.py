@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from receipts import queries
 from receipts.config import ConfigError, Settings, load_settings
 from receipts.db import Connection
+from receipts.dev.state import with_dev_database
 from receipts.ingest.deriving import ReceiptDeriver
 from receipts.ingest.events import EventHeader
 from receipts.ingest.receipt import Decision
@@ -78,7 +79,7 @@ def stripe_setup(environ: Mapping[str, str], command: str, *, derives: bool) -> 
             "(README: Stripe API key)",
         )
     required = ("DATABASE_URL", "EMAIL_FROM") if derives else ("DATABASE_URL",)
-    settings = load_settings(environ, required=required)
+    settings = load_settings(with_dev_database(environ), required=required)
     assert settings.database_url is not None
     renderer = Renderer.from_settings(settings)
     api = StripeApi.from_settings(settings, BATCH)

@@ -42,15 +42,6 @@ def names_message_key(key_or_invoice: str) -> bool:
     return "/" in key_or_invoice
 
 
-def find_keys(conn: Connection, key_or_invoice: str) -> list[str]:
-    """The message keys a key or an invoice id names (account, mode, resends)."""
-    if names_message_key(key_or_invoice):
-        found = conn.execute(_REPORTS["keys_of_message_key"], {"key": key_or_invoice})
-    else:
-        found = conn.execute(_REPORTS["keys_of_invoice"], {"invoice_id": key_or_invoice})
-    return [row["message_key"] for row in found]
-
-
 def read_timeline(conn: Connection, key: str, *, with_payload: bool = False) -> Timeline:
     by_key = {"key": key}
     row = conn.execute(_REPORTS["timeline_row"], by_key).fetchone()

@@ -76,9 +76,10 @@ WITH answer AS (
         %(statuses)s::text[], %(outcomes)s::text[], %(provider_ids)s::text[],
         %(reasons)s::text[], %(delays)s::float8[], %(refunds)s::int[],
         %(last_errors)s::text[], %(http_statuses)s::int[],
-        %(provider_errors)s::text[])
+        %(provider_errors)s::text[], %(provider_messages)s::text[])
       AS a(message_key, lease_token, attempt_id, status, outcome, provider_id,
-           review_reason, delay, refund, last_error, http_status, provider_error)
+           review_reason, delay, refund, last_error, http_status, provider_error,
+           provider_message)
 ), stored AS (
     UPDATE email_outbox AS o
        SET status = a.status,
@@ -100,7 +101,7 @@ UPDATE email_attempts AS t
    SET finished_at = now(),
        outcome = CASE WHEN s.message_key IS NULL THEN 'lease_lost' ELSE a.outcome END,
        http_status = a.http_status, provider_error = a.provider_error,
-       provider_id = a.provider_id
+       provider_message = a.provider_message, provider_id = a.provider_id
   FROM answer AS a LEFT JOIN stored AS s USING (message_key)
  WHERE t.id = a.attempt_id
 RETURNING t.id, s.message_key IS NOT NULL AS held

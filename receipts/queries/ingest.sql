@@ -8,9 +8,11 @@
 -- Atomic: one row per key, one event per id; no row back while a concurrent insert is unseen.
 WITH new_row AS (
     INSERT INTO email_outbox (message_key, purpose, account, livemode, invoice_id,
-                              source_event_id, fingerprint, payload, status, review_reason)
+                              source_event_id, fingerprint, payload, status, review_reason,
+                              invoice_number, customer_email, amount, currency)
     VALUES (%(key)s, %(purpose)s, %(account)s, %(livemode)s, %(invoice_id)s, %(event_id)s,
-            %(fingerprint)s, %(payload)s, %(status)s, %(review_reason)s)
+            %(fingerprint)s, %(payload)s, %(status)s, %(review_reason)s,
+            %(invoice_number)s, %(customer_email)s, %(amount)s, %(currency)s)
     ON CONFLICT (message_key) DO NOTHING
     RETURNING 1
 ), existing AS (
@@ -28,9 +30,9 @@ WITH new_row AS (
            END AS outcome
 )
 INSERT INTO stripe_events (event_id, event_type, account, livemode, outcome, detail,
-                           message_key, fingerprint)
+                           message_key, fingerprint, invoice_id, invoice_number, customer_email)
 SELECT %(event_id)s, %(event_type)s, %(account)s, %(livemode)s, outcome, %(detail)s,
-       %(key)s, %(fingerprint)s
+       %(key)s, %(fingerprint)s, %(invoice_id)s, %(invoice_number)s, %(customer_email)s
   FROM decided
  WHERE outcome IS NOT NULL
 ON CONFLICT (event_id) DO UPDATE
@@ -41,9 +43,11 @@ RETURNING outcome, detail, message_key, (xmax = 0) AS first_delivery
 -- name: insert_outbox_row
 -- One row per message key: a second insert of the same key does nothing and returns no row.
 INSERT INTO email_outbox (message_key, purpose, account, livemode, invoice_id, source_event_id,
-                          fingerprint, payload, status, review_reason)
+                          fingerprint, payload, status, review_reason,
+                          invoice_number, customer_email, amount, currency)
 VALUES (%(key)s, %(purpose)s, %(account)s, %(livemode)s, %(invoice_id)s, %(event_id)s,
-        %(fingerprint)s, %(payload)s, %(status)s, %(review_reason)s)
+        %(fingerprint)s, %(payload)s, %(status)s, %(review_reason)s,
+        %(invoice_number)s, %(customer_email)s, %(amount)s, %(currency)s)
 ON CONFLICT (message_key) DO NOTHING
 RETURNING status
 
@@ -54,9 +58,9 @@ SELECT fingerprint FROM email_outbox WHERE message_key = %(key)s
 -- name: record_stripe_event
 -- One row per event id: a redelivery counts one more delivery and keeps the first outcome.
 INSERT INTO stripe_events (event_id, event_type, account, livemode, outcome, detail,
-                           message_key, fingerprint)
+                           message_key, fingerprint, invoice_id, invoice_number, customer_email)
 VALUES (%(event_id)s, %(event_type)s, %(account)s, %(livemode)s, %(outcome)s, %(detail)s,
-        %(key)s, %(fingerprint)s)
+        %(key)s, %(fingerprint)s, %(invoice_id)s, %(invoice_number)s, %(customer_email)s)
 ON CONFLICT (event_id) DO UPDATE
    SET deliveries = stripe_events.deliveries + 1,
        last_received_at = now()

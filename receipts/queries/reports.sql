@@ -127,12 +127,79 @@ SELECT message_key FROM email_outbox
 WHERE invoice_id = %(invoice_id)s
 ORDER BY created_at, message_key
 
+-- name: keys_of_invoice_number
+-- Every receipt whose invoice has this number, in any letter case, oldest first.
+SELECT message_key FROM email_outbox
+WHERE upper(invoice_number) = upper(%(number)s) AND invoice_number IS NOT NULL
+ORDER BY created_at, message_key
+
+-- name: keys_of_customer_email
+-- Every receipt to this address (any letter case), newest first.
+SELECT message_key FROM email_outbox
+WHERE lower(customer_email) = lower(%(email)s) AND customer_email IS NOT NULL
+ORDER BY created_at DESC, message_key
+
+-- name: keys_of_provider_id
+-- The receipts the provider knows by this email id: recorded as sent with it, an attempt that got it, or a delivery event matched to it.
+SELECT message_key FROM email_outbox WHERE provider_id = %(provider_id)s
+UNION
+SELECT message_key FROM email_attempts WHERE provider_id = %(provider_id)s
+UNION
+SELECT message_key FROM resend_events
+ WHERE email_id = %(provider_id)s AND message_key IS NOT NULL
+
+-- name: tags_of_provider_id
+-- The receipt tags of delivery events for this email id that matched no receipt.
+SELECT DISTINCT message_tag FROM resend_events
+WHERE email_id = %(provider_id)s AND message_key IS NULL AND message_tag IS NOT NULL
+
+-- name: stripe_event
+-- One recorded Stripe event: what it was about and what it became.
+SELECT event_id, event_type, account, livemode, outcome, detail, message_key, invoice_id,
+       invoice_number, customer_email, deliveries, first_received_at, last_received_at, source
+FROM stripe_events
+WHERE event_id = %(event_id)s
+
+-- name: thin_event
+-- One stored thin notification: the invoice it names and whether it was fetched yet.
+SELECT event_id, event_type, account, livemode, related_object_id, status, fetch_attempts,
+       last_error, deliveries, first_received_at, resolved_at
+FROM stripe_thin_events
+WHERE event_id = %(event_id)s
+
+-- name: rowless_events_of_invoice
+-- Events about this invoice id that made no receipt (ignored ones), oldest first.
+SELECT event_id, event_type, account, livemode, outcome, detail, message_key, invoice_id,
+       invoice_number, customer_email, deliveries, first_received_at, last_received_at, source
+FROM stripe_events
+WHERE message_key IS NULL AND invoice_id = %(invoice_id)s AND invoice_id IS NOT NULL
+ORDER BY first_received_at, event_id
+
+-- name: rowless_events_of_invoice_number
+-- Events about an invoice with this number (any letter case) that made no receipt, oldest first.
+SELECT event_id, event_type, account, livemode, outcome, detail, message_key, invoice_id,
+       invoice_number, customer_email, deliveries, first_received_at, last_received_at, source
+FROM stripe_events
+WHERE message_key IS NULL AND upper(invoice_number) = upper(%(number)s)
+  AND invoice_number IS NOT NULL
+ORDER BY first_received_at, event_id
+
+-- name: rowless_events_of_customer_email
+-- Events for this address (any letter case) that made no receipt, newest first.
+SELECT event_id, event_type, account, livemode, outcome, detail, message_key, invoice_id,
+       invoice_number, customer_email, deliveries, first_received_at, last_received_at, source
+FROM stripe_events
+WHERE message_key IS NULL AND lower(customer_email) = lower(%(email)s)
+  AND customer_email IS NOT NULL
+ORDER BY first_received_at DESC, event_id
+
 -- name: timeline_row
 -- One receipt's row without its frozen email: of the payload, only the recipients.
 SELECT message_key, purpose, account, livemode, invoice_id, source_event_id, status,
        review_reason, attempts, available_at, created_at, updated_at, first_attempt_at,
        locked_until, lease_token, provider_id, sent_at, last_error, delivery_status,
-       delivery_status_at, payload -> 'to' AS recipients
+       delivery_status_at, invoice_number, customer_email, amount, currency, fingerprint,
+       payload -> 'to' AS recipients
 FROM email_outbox
 WHERE message_key = %(key)s
 
@@ -150,7 +217,7 @@ ORDER BY first_received_at
 -- name: timeline_attempts
 -- Every attempt of one receipt in order, with whether its lease still holds and whether the provider has forgotten its key.
 SELECT a.attempt, a.worker_id, a.started_at, a.finished_at, a.http_status,
-       a.provider_error, a.provider_id, a.outcome,
+       a.provider_error, a.provider_message, a.provider_id, a.outcome,
        (o.status = 'processing' AND o.lease_token = a.lease_token
         AND o.locked_until > now()) AS lease_held,
        a.started_at < now() - make_interval(secs => %(key_retention_seconds)s) AS beyond_key_window

@@ -12,17 +12,30 @@ INSERT INTO operator_actions (message_key, action, performed_by, reason, details
 VALUES (%(key)s, %(action)s, %(performed_by)s, %(reason)s, %(details)s)
 
 -- name: list_review_rows
--- Rows in review, oldest first; dismissed ones only when all are asked for or the dismissed reason is.
-SELECT message_key, invoice_id, review_reason, attempts, created_at, updated_at,
-       first_attempt_at, last_error, payload IS NOT NULL AS has_email,
+-- Rows in review, oldest first, with the invoice as support knows it and the provider's last answer; dismissed ones only when all are asked for or the dismissed reason is.
+SELECT o.message_key, o.invoice_id, o.review_reason, o.attempts, o.created_at, o.updated_at,
+       extract(epoch FROM now() - o.created_at)::float8 AS age_seconds,
+       o.first_attempt_at, o.last_error, o.payload IS NOT NULL AS has_email,
+       coalesce(o.customer_email, o.payload -> 'to' ->> 0) AS customer_email,
+       o.invoice_number, o.amount, o.currency,
+       last.http_status AS last_http_status, last.provider_error AS last_provider_error,
+       last.provider_message AS last_provider_message,
        EXISTS (SELECT 1 FROM email_attempts a
                 WHERE a.message_key = o.message_key
                   AND a.outcome IS NULL AND a.finished_at IS NULL) AS abandoned_attempt
 FROM email_outbox o
-WHERE status = 'review'
-  AND (%(reason)s::text IS NULL OR review_reason = %(reason)s)
-  AND (%(all)s OR %(reason)s::text = %(dismissed)s OR review_reason <> %(dismissed)s)
-ORDER BY created_at, message_key
+LEFT JOIN LATERAL (
+    -- The last answer the provider gave for this receipt, if it gave one.
+    SELECT http_status, provider_error, provider_message FROM email_attempts a
+     WHERE a.message_key = o.message_key AND a.finished_at IS NOT NULL
+       AND (a.http_status IS NOT NULL OR a.provider_error IS NOT NULL)
+     ORDER BY a.started_at DESC, a.id DESC
+     LIMIT 1
+) AS last ON true
+WHERE o.status = 'review'
+  AND (%(reason)s::text IS NULL OR o.review_reason = %(reason)s)
+  AND (%(all)s OR %(reason)s::text = %(dismissed)s OR o.review_reason <> %(dismissed)s)
+ORDER BY o.created_at, o.message_key
 
 -- name: tags_reported_unsent
 -- Which of the given Resend tags the provider reported on an email no receipt recorded.
@@ -84,9 +97,10 @@ SELECT message_key FROM email_outbox WHERE starts_with(message_key, %(prefix)s)
 -- One new pending row under the resend's key, carrying the original's facts and fingerprint.
 INSERT INTO email_outbox
     (message_key, purpose, account, livemode, invoice_id, source_event_id,
-     fingerprint, payload, status)
+     fingerprint, payload, status, invoice_number, customer_email, amount, currency)
 VALUES (%(key)s, %(purpose)s, %(account)s, %(livemode)s, %(invoice_id)s, %(source_event_id)s,
-        %(fingerprint)s, %(payload)s, 'pending')
+        %(fingerprint)s, %(payload)s, 'pending', %(invoice_number)s, %(customer_email)s,
+        %(amount)s, %(currency)s)
 
 -- name: wake_workers
 -- Idle workers listening on the channel wake when this transaction commits.

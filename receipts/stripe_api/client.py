@@ -204,6 +204,12 @@ class StripeApi:
             )
         )
 
+    def webhook_endpoints(self) -> list[Json]:
+        """Every webhook endpoint of the key's account (``receipts doctor``)."""
+        listed = self.client.v1.webhook_endpoints.list
+        pages = self._pages(lambda after: listed(_page_params({}, after)))
+        return [endpoint for page in pages for endpoint in page.items]
+
     def _pages(self, fetch: Callable[[str | None], Any]) -> Iterator[Page]:
         after: str | None = None
         while True:

@@ -47,6 +47,7 @@ class Services:
             max_size=settings.pool_max_size,
             timeout=settings.database_timeout,
             work_timeout=settings.statement_timeout,
+            prepared_statements=settings.prepared_statements,
         )
         renderer = Renderer.from_settings(settings)
         wake_up = WakeUp(database.url, NOTIFY_CHANNEL)

@@ -136,7 +136,12 @@ def _store(svc: Services, header: EventHeader, decision: Decision, started: floa
         )
     _log_result(result, header.event_type, started)
     return (
-        jsonify(received=True, outcome=result.outcome, message_key=result.message_key),
+        jsonify(
+            received=True,
+            outcome=result.outcome,
+            message_key=result.message_key,
+            redelivery=result.redelivery,
+        ),
         200,
         header.event_type,
         "redelivery" if result.redelivery else result.outcome,

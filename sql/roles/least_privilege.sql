@@ -1,81 +1,223 @@
--- Optional least-privilege roles for the two long-running processes.
+-- Least-privilege roles: each process can do its job and nothing more.
 --
--- Not a migration: `receipts migrate` never applies it. Run it as the owner
--- of the tables, after `receipts migrate`, in each receipts database; it is
--- idempotent (safe to run again after later migrations):
+-- Not a migration: `receipts migrate` never applies it. Run it with psql as the
+-- owner of the tables, after `receipts migrate`, in each receipts database, and
+-- again after any release that adds a migration (it is idempotent, and one
+-- transaction: a running service never sees it half applied):
 --
---   psql "$DATABASE_URL" -v ON_ERROR_STOP=1 -f sql/roles/least_privilege.sql
+--   psql "$DATABASE_URL" -v ON_ERROR_STOP=1 -v prefix=receipts -f sql/roles/least_privilege.sql
 --
--- It creates two group roles (cluster-wide, NOLOGIN) and grants them rights
--- on this database's tables only. Give each process a login role in its group:
+-- `prefix` (default `receipts`; lower-case letters, digits, `_`) names three
+-- group roles. Roles are cluster-wide, so two installations on one server
+-- take two prefixes, e.g. `shop_receipts` and `blog_receipts`:
+--
+--   <prefix>_web       gunicorn wsgi:app (Stripe and Resend webhooks, /metrics, /readyz)
+--   <prefix>_worker    receipts worker
+--   <prefix>_operator  status, show, review, import, backfill, reconcile, doctor
+--
+-- A group role that does not exist is created NOLOGIN (that needs CREATEROLE);
+-- one that exists, e.g. a login role your platform created, is used as it is.
+-- Give each process a login role in its group and its own DATABASE_URL:
 --
 --   CREATE ROLE receipts_web_app LOGIN PASSWORD '…' IN ROLE receipts_web;
---   CREATE ROLE receipts_worker_app LOGIN PASSWORD '…' IN ROLE receipts_worker;
 --
--- receipts_web (gunicorn wsgi:app):
---   * ingest: insert Stripe events and outbox rows, read the columns the
---     duplicate check needs, count redeliveries of an event;
---   * thin event notifications: store them, count their redeliveries, note a
---     failed fetch of their invoice, mark them resolved;
---   * Resend delivery webhooks: store delivery events, set a sent row's
---     delivery_status (and nothing else of the row);
+-- `receipts migrate` and `receipts prune` keep using the owner role.
+--
+-- What each role may do, and what the database refuses it
+-- (tests/db/test_roles.py tries each refusal):
+--
+-- <prefix>_web
+--   * Stripe ingest: record events, count their redeliveries; create outbox
+--     rows, but only new ones as ingest makes them (row-level security on
+--     email_outbox): `pending` with a frozen email whose one recipient is the
+--     row's customer_email and whose Resend tag names the row's key, or
+--     `review` with a reason and no email; the key must be
+--     account/mode/invoice/purpose of the row itself. It cannot write any
+--     other column (attempts, lease, provider id, sent_at, delivery status)
+--     when creating a row, so it cannot create a `sent` or `processing` row.
+--   * thin event notifications: store them, count redeliveries, note failed
+--     fetches, mark them resolved;
+--   * Resend delivery webhooks: store delivery events, and set the delivery
+--     status of rows that are `sent` (and only of those, and nothing else);
 --   * /metrics: read the outbox's state columns, the attempt log, waiting
 --     thin notifications and the reconcile runs.
---   It cannot read the frozen emails (payload), change a row's status, or
+--   It cannot read the frozen emails, change a row's status, or delete anything.
+-- <prefix>_worker
+--   * claim and record: update the columns the worker writes (status, lease,
+--     attempts, retry time, provider id, sent_at, review reason, last error),
+--     on rows that are `pending` or `processing` only, and never mark a row
+--     `sent` without a provider id;
+--   * the attempt log: add attempts and finish an unfinished one (a finished
+--     attempt never changes: sql/006_lookups_and_history.sql).
+--   It cannot create or delete outbox rows, change a row's recipient, email,
+--   fingerprint or invoice, touch sent or review rows, or read events.
+-- <prefix>_operator
+--   * read everything;
+--   * review decisions (resolve, retry, resend, dismiss), `receipts import`,
+--     and the ingest of `receipts backfill` and `receipts reconcile`;
+--   * record operator actions and reconcile runs, which it cannot change or
+--     delete afterwards.
+--   It cannot change a row's recipient, email, fingerprint or invoice, or
 --   delete anything.
--- receipts_worker (receipts worker): claim and update outbox rows, write
---   the attempt log. It cannot create or delete outbox rows or read events.
--- Operator commands (status, show, review, import), migrate and prune keep
--- using the owner role.
+--
+-- Row-level security is enabled on email_outbox: a role other than the owner
+-- and these three (a read-only reporting role, say) sees no rows until it is
+-- given a policy of its own. The policies named receipts_* on email_outbox
+-- belong to this script, which drops and recreates them on each run.
+
+\set ON_ERROR_STOP on
+\if :{?prefix}
+\else
+\set prefix receipts
+\endif
+\set web :prefix '_web'
+\set worker :prefix '_worker'
+\set operator :prefix '_operator'
+
+BEGIN;
+
+-- The role names reach the DO blocks below through these settings (psql does
+-- not expand its variables inside dollar quotes).
+SELECT set_config('receipts.role_prefix', :'prefix', true) AS prefix,
+       set_config('receipts.web_role', :'web', true) AS web,
+       set_config('receipts.worker_role', :'worker', true) AS worker,
+       set_config('receipts.operator_role', :'operator', true) AS operator
+\gset applied_
 
 DO $$
+DECLARE
+    role_name text;
 BEGIN
-    IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'receipts_web') THEN
-        CREATE ROLE receipts_web NOLOGIN;
+    IF current_setting('receipts.role_prefix') !~ '^[a-z][a-z0-9_]{0,40}$' THEN
+        RAISE EXCEPTION 'prefix %: use lower-case letters, digits and _ (at most 41, a letter first)',
+            quote_literal(current_setting('receipts.role_prefix'));
     END IF;
-EXCEPTION WHEN duplicate_object OR unique_violation THEN
-    NULL;  -- created by a concurrent run of this script
-END
-$$;
-
-DO $$
-BEGIN
-    IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'receipts_worker') THEN
-        CREATE ROLE receipts_worker NOLOGIN;
-    END IF;
-EXCEPTION WHEN duplicate_object OR unique_violation THEN
-    NULL;
+    FOREACH role_name IN ARRAY ARRAY[current_setting('receipts.web_role'),
+                                    current_setting('receipts.worker_role'),
+                                    current_setting('receipts.operator_role')]
+    LOOP
+        IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = role_name) THEN
+            BEGIN
+                EXECUTE format('CREATE ROLE %I NOLOGIN', role_name);
+            EXCEPTION WHEN duplicate_object OR unique_violation THEN
+                NULL;  -- created by a concurrent run of this script
+            END;
+        END IF;
+    END LOOP;
 END
 $$;
 
 -- Start from nothing, so a rerun also takes back what an older version granted.
 REVOKE ALL ON stripe_events, email_outbox, email_attempts, operator_actions, resend_events,
-    stripe_thin_events, reconcile_runs, schema_migrations FROM receipts_web, receipts_worker;
+    stripe_thin_events, reconcile_runs, schema_migrations
+    FROM :"web", :"worker", :"operator";
 REVOKE ALL ON SEQUENCE email_attempts_id_seq, operator_actions_id_seq, reconcile_runs_id_seq
-    FROM receipts_web, receipts_worker;
+    FROM :"web", :"worker", :"operator";
 
-GRANT USAGE ON SCHEMA public TO receipts_web, receipts_worker;
+GRANT USAGE ON SCHEMA public TO :"web", :"worker", :"operator";
 
--- web: ingest
-GRANT SELECT, INSERT ON stripe_events TO receipts_web;
-GRANT UPDATE (deliveries, last_received_at) ON stripe_events TO receipts_web;
-GRANT INSERT ON email_outbox TO receipts_web;
+-- web: Stripe ingest
+GRANT SELECT, INSERT ON stripe_events TO :"web";
+GRANT UPDATE (deliveries, last_received_at) ON stripe_events TO :"web";
+GRANT INSERT (message_key, purpose, account, livemode, invoice_id, source_event_id, fingerprint,
+              payload, status, review_reason, invoice_number, customer_email, amount, currency)
+    ON email_outbox TO :"web";
 GRANT SELECT (message_key, fingerprint, status, review_reason, available_at, first_attempt_at,
               lease_token, locked_until, provider_id, sent_at, delivery_status,
-              delivery_status_at)
-    ON email_outbox TO receipts_web;
+              delivery_status_at, created_at)
+    ON email_outbox TO :"web";
 -- web: thin event notifications (stored, then resolved once their invoice is fetched)
-GRANT SELECT, INSERT ON stripe_thin_events TO receipts_web;
+GRANT SELECT, INSERT ON stripe_thin_events TO :"web";
 GRANT UPDATE (deliveries, last_received_at, fetch_attempts, last_error, status, resolved_at)
-    ON stripe_thin_events TO receipts_web;
+    ON stripe_thin_events TO :"web";
 -- web: Resend delivery webhooks
-GRANT SELECT, INSERT ON resend_events TO receipts_web;
-GRANT UPDATE (outcome, message_key) ON resend_events TO receipts_web;
-GRANT UPDATE (delivery_status, delivery_status_at, updated_at) ON email_outbox TO receipts_web;
+GRANT SELECT, INSERT ON resend_events TO :"web";
+GRANT UPDATE (outcome, message_key) ON resend_events TO :"web";
+GRANT UPDATE (delivery_status, delivery_status_at, updated_at) ON email_outbox TO :"web";
 -- web: /metrics
-GRANT SELECT ON email_attempts, reconcile_runs TO receipts_web;
+GRANT SELECT ON email_attempts, reconcile_runs TO :"web";
 
--- worker
-GRANT SELECT, UPDATE ON email_outbox TO receipts_worker;
-GRANT SELECT, INSERT, UPDATE ON email_attempts TO receipts_worker;
-GRANT USAGE ON SEQUENCE email_attempts_id_seq TO receipts_worker;
+-- worker: claim and record
+GRANT SELECT ON email_outbox TO :"worker";
+GRANT UPDATE (status, review_reason, lease_token, locked_until, first_attempt_at, attempts,
+              available_at, provider_id, sent_at, last_error, updated_at)
+    ON email_outbox TO :"worker";
+GRANT SELECT ON email_attempts TO :"worker";
+GRANT INSERT (message_key, attempt, worker_id, lease_token, finished_at, outcome)
+    ON email_attempts TO :"worker";
+GRANT UPDATE (finished_at, outcome, http_status, provider_error, provider_message, provider_id)
+    ON email_attempts TO :"worker";
+GRANT USAGE ON SEQUENCE email_attempts_id_seq TO :"worker";
+
+-- operator: read everything
+GRANT SELECT ON stripe_events, email_outbox, email_attempts, operator_actions, resend_events,
+    stripe_thin_events, reconcile_runs, schema_migrations TO :"operator";
+-- operator: review decisions, import, and the ingest of backfill and reconcile
+GRANT INSERT (message_key, purpose, account, livemode, invoice_id, source_event_id, fingerprint,
+              payload, status, review_reason, invoice_number, customer_email, amount, currency,
+              provider_id, sent_at)
+    ON email_outbox TO :"operator";
+GRANT UPDATE (status, review_reason, provider_id, sent_at, attempts, first_attempt_at,
+              available_at, lease_token, locked_until, updated_at)
+    ON email_outbox TO :"operator";
+GRANT INSERT ON stripe_events TO :"operator";
+GRANT UPDATE (deliveries, last_received_at, source) ON stripe_events TO :"operator";
+GRANT UPDATE (deliveries, last_received_at, fetch_attempts, last_error, status, resolved_at)
+    ON stripe_thin_events TO :"operator";
+GRANT INSERT ON operator_actions, reconcile_runs TO :"operator";
+GRANT USAGE ON SEQUENCE operator_actions_id_seq, reconcile_runs_id_seq TO :"operator";
+-- `receipts import` stages the file in a temporary table.
+GRANT TEMPORARY ON DATABASE :"DBNAME" TO :"operator";
+
+-- Row-level security on the outbox: which rows each role may create or change.
+ALTER TABLE email_outbox ENABLE ROW LEVEL SECURITY;
+
+DO $$
+DECLARE
+    policy_name text;
+BEGIN
+    FOR policy_name IN
+        SELECT policyname FROM pg_policies
+         WHERE schemaname = current_schema() AND tablename = 'email_outbox'
+           AND policyname LIKE 'receipts\_%'
+    LOOP
+        EXECUTE format('DROP POLICY %I ON email_outbox', policy_name);
+    END LOOP;
+END
+$$;
+
+CREATE POLICY receipts_web_reads ON email_outbox FOR SELECT TO :"web" USING (true);
+-- Only rows as ingest makes them (receipts.ingest.store): the column grants
+-- above leave every other column at its default.
+CREATE POLICY receipts_web_creates ON email_outbox FOR INSERT TO :"web" WITH CHECK (
+    message_key = account || '/' || CASE WHEN livemode THEN 'live' ELSE 'test' END
+                  || '/' || invoice_id || '/' || purpose
+    AND (
+        (status = 'pending' AND review_reason IS NULL AND payload IS NOT NULL
+         AND jsonb_typeof(payload -> 'to') = 'array'
+         AND jsonb_array_length(payload -> 'to') = 1
+         AND payload -> 'to' ->> 0 = customer_email
+         AND payload -> 'tags' @> jsonb_build_array(jsonb_build_object(
+                 'name', 'message_key',
+                 'value', left(regexp_replace(message_key, '[^A-Za-z0-9_-]', '_', 'g'), 256))))
+        OR (status = 'review' AND payload IS NULL AND review_reason IS NOT NULL
+            AND review_reason <> 'dismissed')));
+-- Delivery status: the only column of an existing row the web role may
+-- change (column grants), and only on sent rows; any other row is refused.
+CREATE POLICY receipts_web_delivery_status ON email_outbox FOR UPDATE TO :"web"
+    USING (true) WITH CHECK (status = 'sent');
+
+CREATE POLICY receipts_worker_reads ON email_outbox FOR SELECT TO :"worker" USING (true);
+-- Rows on their way (pending, processing) and nothing else: a sent receipt
+-- cannot be made pending again, a review row cannot be sent behind a person.
+CREATE POLICY receipts_worker_sends ON email_outbox FOR UPDATE TO :"worker"
+    USING (status IN ('pending', 'processing'))
+    WITH CHECK (status IN ('pending', 'processing')
+                OR (status = 'sent' AND provider_id IS NOT NULL)
+                OR (status = 'review' AND review_reason IS NOT NULL
+                    AND review_reason <> 'dismissed'));
+
+CREATE POLICY receipts_operator_decides ON email_outbox FOR ALL TO :"operator"
+    USING (true) WITH CHECK (status <> 'processing');
+
+COMMIT;

@@ -64,12 +64,14 @@ def test_example_event_is_accepted_and_queued(webhook_url: str, db: Any, capsys:
 
 
 def test_times_and_concurrent_storm_makes_one_row(webhook_url: str, db: Any, capsys: Any) -> None:
-    """--times 20 --concurrent 10: twenty deliveries counted, still one outbox row."""
+    """--times 20 --concurrent 10: twenty deliveries counted, still one outbox row; the
+    first queued it, the other nineteen are printed as duplicates."""
     path = str(EXAMPLES / "invoice_paid.json")
     assert replay(webhook_url, path, "--times", "20", "--concurrent", "10") == 0
     assert len(outbox(db)) == 1
     assert deliveries(db) == {"evt_1QExamplePaid0000000001": 20}
-    assert "20 x 200 queued" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "1 x 200 queued" in out and "19 x 200 duplicate" in out
 
 
 def test_connect_and_zero_value_examples(webhook_url: str, db: Any) -> None:

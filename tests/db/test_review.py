@@ -60,6 +60,57 @@ def test_list_shows_open_review_rows(operator_env: dict[str, str], db: Db, capsy
     assert closed in capsys.readouterr().out
 
 
+def test_list_shows_what_support_needs_to_act_and_json_carries_the_same(
+    client: FlaskClient, operator_env: dict[str, str], db: Db, capsys: Any
+) -> None:
+    """Per row: key, reason, age, customer address (a malformed one too), amount,
+    invoice number and the provider's last error message; --json has each field."""
+    bad = stripe_events.invoice(
+        id="in_1BadTo", number="ACME-0102", customer_email="jenny@@example", amount_paid=4200
+    )
+    good = stripe_events.invoice(id="in_1Refused", number="ACME-0103", amount_paid=1999)
+    for invoice in (bad, good):
+        body = encode(stripe_events.event(invoice))
+        client.post(
+            "/webhooks/stripe", data=body, headers={"Stripe-Signature": sign(body, TEST_SECRET)}
+        )
+    with running_fake_provider(api_key="re_list") as fake:
+        fake.script({"status": 422, "name": "validation_error"})
+        settings = load_settings(
+            {**operator_env, "RESEND_API_KEY": "re_list", "RESEND_API_URL": fake.url}
+        )
+        provider = provider_from_settings(settings, concurrency=1)
+        try:
+            run_worker(settings, provider, concurrency=1)
+        finally:
+            provider.close()
+
+    assert review(operator_env, "list") == 0
+    out = capsys.readouterr().out
+    assert "platform/test/in_1BadTo/invoice-paid  invalid_customer_email  age 0m 0" in out
+    assert "invoice ACME-0102  $42.00  to jenny@@example" in out
+    assert "platform/test/in_1Refused/invoice-paid  validation_error  age" in out
+    assert "invoice ACME-0103  $19.99  to jenny.rosen@example.com" in out
+    assert 'provider said: HTTP 422 validation_error: "fake provider: validation_error"' in out
+
+    assert review(operator_env, "list", "--json") == 0
+    by_key = {entry["message_key"]: entry for entry in json.loads(capsys.readouterr().out)}
+    refused = by_key["platform/test/in_1Refused/invoice-paid"]
+    assert refused["review_reason"] == "validation_error"
+    assert refused["invoice_number"] == "ACME-0103"
+    assert refused["customer_email"] == "jenny.rosen@example.com"
+    assert (refused["amount"], refused["currency"], refused["amount_display"]) == (
+        1999, "usd", "$19.99"
+    )  # fmt: skip
+    assert refused["provider_http_status"] == 422
+    assert refused["provider_error"] == "validation_error"
+    assert refused["provider_message"] == "fake provider: validation_error"
+    assert 0 <= refused["age_seconds"] < 60
+    malformed = by_key["platform/test/in_1BadTo/invoice-paid"]
+    assert malformed["customer_email"] == "jenny@@example" and not malformed["has_email"]
+    assert malformed["provider_message"] is None
+
+
 def test_list_flags_only_rows_whose_tag_the_provider_reported(
     operator_env: dict[str, str], db: Db, capsys: Any
 ) -> None:

@@ -1,21 +1,24 @@
-"""sql/roles/least_privilege.sql: the web and worker roles can do their job and no more.
+"""sql/roles/least_privilege.sql: the web, worker and operator roles can do their job and no more.
 
 Besides the real code paths run as each role, every named statement of a
 role's query file (``receipts/queries/<file>.sql``) is checked against that
 role's grants, so a statement added without its grant fails here, not in
-production.
+production; and each abuse a role's credentials would allow without the
+script (a `sent` row from the web role, a rewritten recipient or attempt
+from the worker) is tried and must be refused.
+
+The script is applied with psql, as the README says, under a role prefix of
+this test session's own (roles are cluster-wide).
 """
 
 from __future__ import annotations
 
-import itertools
 import json
-import os
 import re
-import uuid
+import subprocess
+import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 from uuid import UUID
@@ -27,20 +30,20 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from receipts import queries
+from receipts.cli import main
 from receipts.config import load_settings
 from receipts.delivery.claims import AttemptResult, claim_ready, record_attempt
 from receipts.ingest.delivery_events import DeliveryEvent, record_delivery_event
+from receipts.operations import privileges
 from receipts.web import create_app
 from tests import stripe_events
 from tests.helpers import METRICS_AUTH
-from tests.outbox_states import Db, insert_row, row
+from tests.least_privilege import apply_roles, drop_group_roles, logins, session_prefix
+from tests.outbox_states import Db, insert_attempt, insert_row, row
 from tests.stripe_events import TEST_SECRET, encode, sign
 
-SCRIPT = Path(__file__).resolve().parents[2] / "sql" / "roles" / "least_privilege.sql"
-_numbers = itertools.count(1)
-
-# Each query file, and the group role (least_privilege.sql) that runs its statements.
-ROLE_FILES = {"ingest": "receipts_web", "delivery": "receipts_worker"}
+# Each query file, and the group (least_privilege.sql: <prefix>_<group>) that runs it.
+ROLE_FILES = {"ingest": "web", "delivery": "worker"}
 
 # One sample value per parameter name used in any role's query file: the
 # statements are planned (or run) with these, so types must fit the columns.
@@ -85,45 +88,42 @@ SAMPLE_PARAMETERS: dict[str, Any] = {
     "last_errors": [None],
     "http_statuses": [200],
     "provider_errors": [None],
+    "provider_messages": [None],
+    "invoice_number": "ACME-0102",
+    "customer_email": "jenny.rosen@example.com",
+    "amount": 1999,
+    "currency": "usd",
 }
 _PARAMETER = re.compile(r"%\((\w+)\)s")
 # Statements the planner can check without running them; others run for real.
 _PLANNABLE = ("SELECT", "INSERT", "UPDATE", "DELETE", "WITH", "VALUES", "MERGE")
 
 
-def as_role(url: str, role: str, password: str) -> str:
-    """The same database URL, logging in as another role."""
-    parts = urlsplit(url)
-    host = parts.netloc.rsplit("@", 1)[-1]
-    return urlunsplit(parts._replace(netloc=f"{role}:{password}@{host}"))
+@pytest.fixture(scope="session")
+def prefix(server_url: str) -> Iterator[str]:
+    """This session's role prefix; its group roles are dropped at the end."""
+    name = session_prefix()
+    yield name
+    drop_group_roles(server_url, name)
+
+
+def group(prefix: str, name: str) -> str:
+    return f"{prefix}_{name}"
 
 
 @pytest.fixture
-def roles(database_url: str, db: Db) -> Iterator[dict[str, str]]:
-    """The script applied (twice: it is idempotent) and one login role per group role,
-    named uniquely for this run because roles are cluster-wide."""
-    script = SCRIPT.read_text()
-    db.execute(script.encode())
-    db.execute(script.encode())
-    password = uuid.uuid4().hex
-    logins = {}
-    for group in ("receipts_web", "receipts_worker"):
-        login = f"{group}_t{os.getpid()}_{next(_numbers)}"
-        db.execute(f"CREATE ROLE \"{login}\" LOGIN PASSWORD '{password}' IN ROLE {group}")
-        logins[group] = login
-    try:
-        yield {group: as_role(database_url, login, password) for group, login in logins.items()}
-    finally:
-        for login in logins.values():
-            db.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s",
-                (login,),
-            )
-            db.execute(f'DROP ROLE IF EXISTS "{login}"')
+def roles(database_url: str, prefix: str) -> Iterator[dict[str, str]]:
+    """The script applied (twice: it is idempotent) and one login role per group;
+    yields {"web"|"worker"|"operator": URL logging in as it}."""
+    apply_roles(database_url, prefix)
+    apply_roles(database_url, prefix)
+    with logins(database_url, prefix) as urls:
+        yield urls
 
 
 def refused(url: str, statement: str, params: tuple[Any, ...] = ()) -> bool:
-    """True when PostgreSQL refuses the statement for lack of privilege."""
+    """True when PostgreSQL refuses the statement for lack of privilege, or for a
+    row-level security policy (both are SQLSTATE 42501)."""
     with psycopg.connect(url, autocommit=True) as conn:
         try:
             conn.execute(statement.encode(), params)
@@ -132,12 +132,18 @@ def refused(url: str, statement: str, params: tuple[Any, ...] = ()) -> bool:
     return False
 
 
+def changed_rows(url: str, statement: str, params: tuple[Any, ...] = ()) -> int:
+    """How many rows the statement changed (row-level security filters silently)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        return conn.execute(statement.encode(), params).rowcount
+
+
 def test_web_role_ingests_a_webhook_but_cannot_change_or_delete_rows(
     roles: dict[str, str], environ: dict[str, str], db: Db
 ) -> None:
-    """The real ingest path runs as receipts_web (event, row, redelivery count, metrics);
+    """The real ingest path runs as <prefix>_web (event, row, redelivery count, metrics);
     UPDATE of status or payload, DELETE, and reading the frozen email are refused."""
-    web_url = roles["receipts_web"]
+    web_url = roles["web"]
     app = create_app(load_settings({**environ, "DATABASE_URL": web_url}))
     try:
         client = app.test_client()
@@ -170,9 +176,9 @@ def test_web_role_ingests_a_webhook_but_cannot_change_or_delete_rows(
 
 
 def test_web_role_records_delivery_events(roles: dict[str, str], db: Db) -> None:
-    """A Resend delivery event is stored and sets delivery_status as receipts_web."""
+    """A Resend delivery event is stored and sets delivery_status as <prefix>_web."""
     key = insert_row(db, "in_1WebDeliv", status="sent", provider_id="re_web")
-    with psycopg.connect(roles["receipts_web"], row_factory=dict_row) as conn, conn.transaction():
+    with psycopg.connect(roles["web"], row_factory=dict_row) as conn, conn.transaction():
         outcome = record_delivery_event(
             conn,
             DeliveryEvent(
@@ -185,10 +191,10 @@ def test_web_role_records_delivery_events(roles: dict[str, str], db: Db) -> None
 def test_worker_role_claims_and_records_but_cannot_create_or_delete(
     roles: dict[str, str], db: Db
 ) -> None:
-    """claim_ready and record_attempt run as receipts_worker; inserting or deleting
+    """claim_ready and record_attempt run as <prefix>_worker; inserting or deleting
     outbox rows and reading Stripe events are refused."""
     key = insert_row(db, "in_1Worker")
-    worker_url = roles["receipts_worker"]
+    worker_url = roles["worker"]
     with psycopg.connect(worker_url, row_factory=dict_row) as conn:
         with conn.transaction():
             claim = claim_ready(
@@ -214,8 +220,8 @@ def test_worker_role_claims_and_records_but_cannot_create_or_delete(
     assert refused(worker_url, "SELECT * FROM operator_actions")
 
 
-def _apply_grants(db: Db) -> None:
-    db.execute(SCRIPT.read_text().encode())
+def _apply_grants(database_url: str, prefix: str) -> None:
+    apply_roles(database_url, prefix)
 
 
 def _first_keyword(statement: str) -> str:
@@ -287,35 +293,37 @@ def _outbox_changes(plan: Any) -> set[str]:
 
 @pytest.mark.parametrize(("query_file", "role"), ROLE_FILES.items())
 def test_each_role_can_run_every_statement_of_its_query_file(
-    query_file: str, role: str, database_url: str, db: Db
+    query_file: str, role: str, database_url: str, prefix: str
 ) -> None:
     """Every named statement of the role's query file passes the server's table and
     column privilege checks as that role: none needs a grant the role lacks."""
-    _apply_grants(db)
+    _apply_grants(database_url, prefix)
     assert queries.load(query_file), f"{query_file}.sql holds no statement"
-    assert _refusals(database_url, query_file, role) == {}
+    assert _refusals(database_url, query_file, group(prefix, role)) == {}
 
 
-def test_the_statement_check_notices_a_missing_grant(database_url: str, db: Db) -> None:
+def test_the_statement_check_notices_a_missing_grant(
+    database_url: str, db: Db, prefix: str
+) -> None:
     """The check above is not vacuous: with one column grant taken back, the
     statements that need it (and only those) are reported as refused."""
-    _apply_grants(db)
-    db.execute("REVOKE UPDATE (delivery_status) ON email_outbox FROM receipts_web")
-    refused = _refusals(database_url, "ingest", "receipts_web")
+    _apply_grants(database_url, prefix)
+    db.execute(f'REVOKE UPDATE (delivery_status) ON email_outbox FROM "{prefix}_web"')
+    refused = _refusals(database_url, "ingest", group(prefix, "web"))
     assert list(refused) == ["set_delivery_status"]
     assert refused["set_delivery_status"].startswith("InsufficientPrivilege")
 
 
 def test_ingest_statements_change_no_outbox_row_but_its_delivery_status(
-    database_url: str, db: Db
+    database_url: str, prefix: str
 ) -> None:
     """Read from the query plans: of ingest.sql, only set_delivery_status updates
     email_outbox rows; nothing deletes one or updates it through ON CONFLICT."""
-    _apply_grants(db)
+    _apply_grants(database_url, prefix)
     changes = {}
     with psycopg.connect(database_url) as conn:
         for name, statement in queries.load("ingest").items():
-            plan = _run_as(conn, "receipts_web", name, statement)
+            plan = _run_as(conn, group(prefix, "web"), name, statement)
             found = _outbox_changes(plan) if plan is not None else set()
             if found:
                 changes[name] = found
@@ -327,7 +335,7 @@ def test_ingest_statements_change_no_outbox_row_but_its_delivery_status(
 def test_web_role_stores_and_resolves_a_thin_event(
     roles: dict[str, str], environ: dict[str, str], db: Db
 ) -> None:
-    """A thin notification runs as receipts_web: stored, its invoice fetched from the fake
+    """A thin notification runs as <prefix>_web: stored, its invoice fetched from the fake
     Stripe API, the receipt queued, the notification resolved, /metrics read; it still
     cannot change or delete the notification's record."""
     from tests import stripe_objects
@@ -337,7 +345,7 @@ def test_web_role_stores_and_resolves_a_thin_event(
         invoice = stripe_objects.invoice()
         stripe_api.add(invoices=[invoice], customers=[stripe_objects.customer()])
         settings = load_settings(
-            {**environ, "DATABASE_URL": roles["receipts_web"], "STRIPE_API_KEY": "rk_test_roles",
+            {**environ, "DATABASE_URL": roles["web"], "STRIPE_API_KEY": "rk_test_roles",
              "STRIPE_API_BASE": stripe_api.url}
         )  # fmt: skip
         app = create_app(settings)
@@ -355,7 +363,337 @@ def test_web_role_stores_and_resolves_a_thin_event(
     stored = db.execute("SELECT status, deliveries FROM stripe_thin_events").fetchone()
     assert stored == {"status": "resolved", "deliveries": 2}
     assert "receipts_thin_events_pending 0.0" in metrics
-    web_url = roles["receipts_web"]
+    web_url = roles["web"]
     assert refused(web_url, "DELETE FROM stripe_thin_events")
     assert refused(web_url, "UPDATE stripe_thin_events SET notification = '{}'")
     assert refused(web_url, "DELETE FROM reconcile_runs")
+
+
+# --- issue: roles that only do their job ------------------------------------------
+
+_OUTBOX_COLUMNS = (
+    "message_key, purpose, account, livemode, invoice_id, source_event_id, fingerprint, "
+    "payload, status, review_reason, customer_email"
+)
+
+
+def _web_insert(url: str, **overrides: Any) -> bool:
+    """Try to create an outbox row as the web role; True when refused."""
+    key = overrides.pop("key", "platform/test/in_1Forged/invoice-paid")
+    values: dict[str, Any] = {
+        "message_key": key,
+        "purpose": "invoice-paid",
+        "account": "platform",
+        "livemode": False,
+        "invoice_id": "in_1Forged",
+        "source_event_id": "evt_1Forged",
+        "fingerprint": "sha256:forged",
+        "payload": Jsonb(
+            {
+                "to": ["jenny.rosen@example.com"],
+                "tags": [{"name": "message_key", "value": key.replace("/", "_")}],
+            }
+        ),
+        "status": "pending",
+        "review_reason": None,
+        "customer_email": "jenny.rosen@example.com",
+        **overrides,
+    }
+    columns = ", ".join(values)
+    placeholders = ", ".join(["%s"] * len(values))
+    return refused(
+        url,
+        f"INSERT INTO email_outbox ({columns}) VALUES ({placeholders})",
+        tuple(values.values()),
+    )
+
+
+def test_web_role_creates_only_rows_as_ingest_makes_them(roles: dict[str, str], db: Db) -> None:
+    """The web role may create a pending row whose one recipient is its customer_email
+    and whose tag names its key, or a review row without an email; a `sent` or
+    `processing` row, a row with send facts, a forged recipient, a key that is not
+    its own invoice's, or a dismissed review row are refused."""
+    web = roles["web"]
+    other = "platform/test/in_1Other/invoice-paid"
+    assert _web_insert(web, status="sent")
+    assert _web_insert(web, status="processing")
+    assert _web_insert(web, provider_id="re_forged", sent_at=datetime.now(UTC))
+    assert _web_insert(web, attempts=10)
+    assert _web_insert(web, available_at=datetime(2099, 1, 1, tzinfo=UTC))
+    assert _web_insert(web, customer_email="attacker@example.net")
+    assert _web_insert(
+        web,
+        payload=Jsonb({"to": ["a@example.net", "jenny.rosen@example.com"], "tags": []}),
+    )
+    assert _web_insert(web, key=other)  # the key of another invoice than the row's
+    assert _web_insert(web, status="review", review_reason="dismissed", payload=None)
+    assert _web_insert(web, status="review", review_reason=None, payload=None)
+    assert db.execute("SELECT count(*) AS n FROM email_outbox").fetchone() == {"n": 0}
+    # What ingest makes is accepted.
+    assert not _web_insert(web)
+    assert not _web_insert(
+        web,
+        key="platform/test/in_1Review/invoice-paid",
+        invoice_id="in_1Review",
+        status="review",
+        review_reason="invalid_customer_email",
+        payload=None,
+        customer_email="jenny@@example",
+    )
+
+
+def test_web_role_sets_delivery_status_only_on_sent_rows(roles: dict[str, str], db: Db) -> None:
+    """Setting delivery_status on a pending or review row is refused; on a sent row it
+    works; no other column of any row can be changed."""
+    web = roles["web"]
+    pending = insert_row(db, "in_1DsPending")
+    waiting = insert_row(db, "in_1DsReview", status="review", review_reason="attempts_exhausted")
+    sent = insert_row(db, "in_1DsSent", status="sent", provider_id="re_ds")
+    for key in (pending, waiting):
+        assert refused(
+            web,
+            "UPDATE email_outbox SET delivery_status = 'delivered' WHERE message_key = %s",
+            (key,),
+        )
+        assert row(db, key)["delivery_status"] is None
+    assert (
+        changed_rows(
+            web,
+            "UPDATE email_outbox SET delivery_status = 'bounced' WHERE message_key = %s",
+            (sent,),
+        )
+        == 1
+    )
+    assert refused(web, "UPDATE email_outbox SET sent_at = now() WHERE message_key = %s", (sent,))
+    assert refused(
+        web, "UPDATE email_outbox SET status = 'pending' WHERE message_key = %s", (sent,)
+    )
+
+
+def test_worker_role_writes_only_its_columns_of_rows_on_their_way(
+    roles: dict[str, str], db: Db
+) -> None:
+    """The worker cannot change a row's recipient, email, fingerprint, invoice or
+    customer; it cannot touch sent or review rows (a sent receipt made pending again
+    would be sent twice), nor mark a row sent without a provider id."""
+    worker = roles["worker"]
+    pending = insert_row(db, "in_1WkPending")
+    sent = insert_row(db, "in_1WkSent", status="sent", provider_id="re_wk")
+    waiting = insert_row(db, "in_1WkReview", status="review", review_reason="attempts_exhausted")
+    for column, value in (
+        ("payload", Jsonb({"to": ["attacker@example.net"]})),
+        ("fingerprint", "sha256:other"),
+        ("invoice_id", "in_1Elsewhere"),
+        ("customer_email", "attacker@example.net"),
+        ("message_key", "platform/test/in_1Moved/invoice-paid"),
+        ("delivery_status", "delivered"),
+    ):
+        assert refused(
+            worker,
+            f"UPDATE email_outbox SET {column} = %s WHERE message_key = %s",
+            (value, pending),
+        ), column
+    before = {key: row(db, key) for key in (sent, waiting)}
+    for key in (sent, waiting):
+        assert (
+            changed_rows(
+                worker,
+                "UPDATE email_outbox SET status = 'pending', attempts = 0 WHERE message_key = %s",
+                (key,),
+            )
+            == 0
+        )
+        assert row(db, key) == before[key]
+    assert refused(
+        worker,
+        "UPDATE email_outbox SET status = 'sent', sent_at = now() WHERE message_key = %s",
+        (pending,),
+    )
+    assert row(db, pending)["status"] == "pending"
+
+
+def test_attempt_history_is_append_only(roles: dict[str, str], db: Db) -> None:
+    """A finished attempt cannot be rewritten, by the worker or by the owner; the worker
+    can neither delete attempts nor move one to another receipt; finishing an attempt
+    in flight (what the worker does) still works."""
+    worker = roles["worker"]
+    key = insert_row(db, "in_1History", status="review", review_reason="attempts_exhausted")
+    insert_attempt(db, key, attempt=1, http_status=422, outcome="review")
+    insert_attempt(db, key, attempt=2, finished=False)
+    finished, in_flight = (
+        found["id"]
+        for found in db.execute(
+            "SELECT id FROM email_attempts WHERE message_key = %s ORDER BY attempt", (key,)
+        ).fetchall()
+    )
+    rewrite = "UPDATE email_attempts SET outcome = 'sent', http_status = 200 WHERE id = %s"
+    assert refused(worker, rewrite, (finished,))
+    with pytest.raises(psycopg.errors.InsufficientPrivilege, match="append-only"):
+        db.execute(rewrite.encode(), (finished,))
+    assert refused(worker, "DELETE FROM email_attempts WHERE id = %s", (finished,))
+    assert refused(
+        worker, "UPDATE email_attempts SET message_key = 'x' WHERE id = %s", (in_flight,)
+    )
+    assert refused(
+        worker, "UPDATE email_attempts SET started_at = now() WHERE id = %s", (in_flight,)
+    )
+    assert (
+        changed_rows(
+            worker,
+            "UPDATE email_attempts SET finished_at = now(), outcome = 'retry' WHERE id = %s",
+            (in_flight,),
+        )
+        == 1
+    )
+    assert refused(worker, rewrite, (in_flight,))  # finished now: history
+    outcomes = db.execute(
+        "SELECT outcome FROM email_attempts WHERE message_key = %s ORDER BY attempt", (key,)
+    ).fetchall()
+    assert [found["outcome"] for found in outcomes] == ["review", "retry"]
+
+
+@pytest.mark.parametrize("process", ["web", "worker", "operator"])
+def test_each_process_role_may_run_every_statement_the_process_runs(
+    process: str, roles: dict[str, str]
+) -> None:
+    """receipts.operations.privileges (what `receipts doctor` runs) finds nothing a
+    process's role may not run, for each process's own login role."""
+    with psycopg.connect(roles[process], row_factory=dict_row) as conn:
+        assert privileges.refusals(conn, process) == []
+        assert privileges.statements(process)
+
+
+def test_the_privilege_check_names_what_a_role_lacks(roles: dict[str, str], db: Db) -> None:
+    """The web role checked as a worker lacks UPDATE on email_outbox columns it does
+    not hold and reading the attempt log's ids is fine: each refusal names the
+    statement and the privilege, not only the server's message."""
+    with psycopg.connect(roles["web"], row_factory=dict_row) as conn:
+        found = {refusal.statement: refusal for refusal in privileges.refusals(conn, "worker")}
+    assert set(found) == {"delivery.sql: claim_ready", "delivery.sql: record_attempts"}
+    claim = found["delivery.sql: claim_ready"]
+    assert claim.reason.startswith("permission denied for table")
+    assert "on email_outbox" in claim.needs or "on email_attempts" in claim.needs
+
+
+def test_operator_role_runs_every_operator_command(
+    roles: dict[str, str], environ: dict[str, str], db: Db, tmp_path: Any, capsys: Any
+) -> None:
+    """status, show, review list/resolve/retry/resend/dismiss and import all work as the
+    operator role; it still cannot change a receipt's email or delete anything."""
+    operator = {**environ, "DATABASE_URL": roles["operator"], "USER": "olga"}
+    reviewed = insert_row(db, "in_1OpA", status="review", review_reason="attempts_exhausted")
+    retried = insert_row(db, "in_1OpB", status="review", review_reason="attempts_exhausted")
+    dismissed = insert_row(db, "in_1OpC", status="review", review_reason="attempts_exhausted")
+    copied = insert_row(db, "in_1OpD", status="sent", provider_id="re_opd")
+    csv = tmp_path / "earlier.csv"
+    csv.write_text("invoice_id,account,mode,sent_at,provider_id\nin_1OpOld,platform,live,"
+                   "2026-10-01T12:00:00Z,re_old\n")  # fmt: skip
+    commands = [
+        ["status"],
+        ["show", reviewed],
+        ["review", "list"],
+        ["review", "resolve", reviewed, "--provider-id", "re_found", "--reason", "in logs"],
+        ["review", "retry", retried, "--reason", "fixed"],
+        ["review", "dismiss", dismissed, "--reason", "refunded"],
+        ["review", "resend", copied, "--reason", "asked again"],
+        ["import", str(csv)],
+    ]
+    for command in commands:
+        code = main(command, operator)
+        assert code in (0, 1), (command, capsys.readouterr().err)  # status: 1 = needs a person
+        assert "lacks a privilege" not in capsys.readouterr().err, command
+    assert row(db, reviewed)["status"] == "sent" and row(db, retried)["status"] == "pending"
+    assert row(db, "platform/live/in_1OpOld/invoice-paid")["status"] == "sent"
+    operator_url = roles["operator"]
+    assert refused(operator_url, "UPDATE email_outbox SET payload = '{}'")
+    assert refused(operator_url, "DELETE FROM email_outbox")
+    assert refused(operator_url, "DELETE FROM operator_actions")
+    assert refused(operator_url, "UPDATE operator_actions SET reason = 'rewritten'")
+
+
+def test_a_command_lacking_a_privilege_says_which_in_one_line(
+    roles: dict[str, str], environ: dict[str, str], db: Db, capsys: Any
+) -> None:
+    """Operator commands run with the web or worker role's URL, and prune with the
+    operator's, end with exit 2 and one line: the role, the privilege, the statement,
+    what to do. (The web role may run `receipts status`: it reads what /metrics reads.)"""
+    key = insert_row(db, "in_1Denied", status="review", review_reason="attempts_exhausted")
+    as_web = {**environ, "DATABASE_URL": roles["web"], "USER": "olga"}
+    as_worker = {**environ, "DATABASE_URL": roles["worker"], "USER": "olga"}
+    for command, env in (
+        (["status"], as_worker),
+        (["show", key], as_web),
+        (["review", "list"], as_web),
+        (["review", "dismiss", key, "--reason", "test"], as_web),
+    ):
+        assert main(command, env) == 2, command
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1, err
+        assert f"receipts {command[0]}: the database role" in err
+        assert "lacks a privilege this command needs:" in err
+        assert re.search(r"(SELECT|UPDATE|INSERT) on \w+", err), err
+        assert "<prefix>_operator" in err
+        if command[0] == "review":
+            assert "(review.sql: " in err  # the command's own statements are named first
+    as_operator = {**environ, "DATABASE_URL": roles["operator"]}
+    assert main(["prune", "--keep-details-days", "30"], as_operator) == 2
+    err = capsys.readouterr().err
+    assert "DELETE on" in err and "owner of the tables" in err
+    assert row(db, key)["status"] == "review"
+
+
+def test_a_refused_command_prints_no_traceback(
+    roles: dict[str, str], environ: dict[str, str]
+) -> None:
+    """The real console script as the web role: one line on stderr, exit 2."""
+    result = subprocess.run(
+        [sys.executable, "-m", "receipts.cli", "show", "in_1Anything"],
+        env={**environ, "DATABASE_URL": roles["web"], "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    assert result.stderr.count("\n") == 1 and "lacks a privilege" in result.stderr
+
+
+@pytest.fixture(scope="session")
+def second_prefix(server_url: str) -> Iterator[str]:
+    """Another installation's prefix on the same server."""
+    name = session_prefix()
+    yield name
+    drop_group_roles(server_url, name)
+
+
+def _in_database(url: str, database: str) -> str:
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(path=f"/{database}"))
+
+
+def test_two_installations_on_one_server_take_two_prefixes(
+    database_url: str, empty_database_url: str, prefix: str, second_prefix: str
+) -> None:
+    """Two prefixes in two databases of one server: each login role reaches its own
+    database only, and applying one prefix again leaves the other's grants alone."""
+    from receipts.migrations import migrate
+
+    migrate(empty_database_url)
+    apply_roles(database_url, prefix)
+    apply_roles(empty_database_url, second_prefix)
+    with logins(database_url, prefix) as one, logins(empty_database_url, second_prefix) as two:
+        for url in (one["operator"], two["operator"]):
+            with psycopg.connect(url) as conn:
+                conn.execute("SELECT count(*) FROM stripe_events")
+        other_database = urlsplit(empty_database_url).path.lstrip("/")
+        assert refused(_in_database(one["operator"], other_database), "SELECT * FROM stripe_events")
+        apply_roles(database_url, prefix)
+        with psycopg.connect(two["operator"]) as conn:
+            conn.execute("SELECT count(*) FROM stripe_events")
+
+
+def test_a_prefix_that_is_not_a_plain_name_is_refused(database_url: str) -> None:
+    """psql stops with the reason, and nothing is granted."""
+    with pytest.raises(AssertionError, match="use lower-case letters"):
+        apply_roles(database_url, "Bad-Prefix")

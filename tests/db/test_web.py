@@ -51,6 +51,15 @@ def events(db: psycopg.Connection[Row]) -> list[Row]:
     return db.execute("SELECT * FROM stripe_events ORDER BY first_received_at").fetchall()
 
 
+def test_a_redelivery_says_so_in_the_answer(client: FlaskClient) -> None:
+    """The answer to a second delivery of a stored event carries redelivery: true (what
+    `receipts replay` prints as duplicate), with the event's first outcome."""
+    event = stripe_events.event(stripe_events.invoice(id="in_1Again"))
+    assert post(client, event).json["redelivery"] is False  # type: ignore[index]
+    again = post(client, event).json
+    assert again is not None and (again["outcome"], again["redelivery"]) == ("queued", True)
+
+
 def test_signed_invoice_paid_stores_one_pending_row(client: FlaskClient, db: Any) -> None:
     """The acceptance case: platform/test/in_…/invoice-paid, status pending."""
     event = stripe_events.event(stripe_events.invoice(id="in_1Accept"))
@@ -60,6 +69,7 @@ def test_signed_invoice_paid_stores_one_pending_row(client: FlaskClient, db: Any
         "received": True,
         "outcome": "queued",
         "message_key": "platform/test/in_1Accept/invoice-paid",
+        "redelivery": False,
     }
     [row] = outbox(db)
     assert row["message_key"] == "platform/test/in_1Accept/invoice-paid"

@@ -45,10 +45,13 @@ def fake() -> Iterator[FakeProviderClient]:
 
 
 @pytest.fixture
-def worker_settings(database_url: str, fake: FakeProviderClient) -> Settings:
+def worker_settings(
+    database_url: str, fake: FakeProviderClient, pooling: dict[str, str]
+) -> Settings:
     """Short timeouts and leases so failure cases finish in well under a second."""
     settings = load_settings(
         {
+            **pooling,
             "DATABASE_URL": database_url,
             "RESEND_API_KEY": API_KEY,
             "RESEND_API_URL": fake.url,
@@ -537,12 +540,14 @@ def test_max_seconds_stops_and_releases_the_rows_waiting_for_a_slot(
 
 
 def test_the_file_sink_worker_writes_one_eml_per_receipt(
-    db: DB, database_url: str, tmp_path: Path
+    db: DB, database_url: str, tmp_path: Path, pooling: dict[str, str]
 ) -> None:
     """Without an API key the worker writes one .eml per receipt; sending the
     same keys again writes nothing new (the sink is idempotent like Resend)."""
     insert_pending(db, 3)
-    settings = load_settings({"DATABASE_URL": database_url, "RECEIPTS_MAIL_DIR": str(tmp_path)})
+    settings = load_settings(
+        {**pooling, "DATABASE_URL": database_url, "RECEIPTS_MAIL_DIR": str(tmp_path)}
+    )
     assert work(settings).sent == 3
     db.execute("UPDATE email_outbox SET status = 'pending', available_at = now()")
     assert work(settings).sent == 3  # the same keys again: the sink writes nothing new

@@ -83,9 +83,9 @@ def test_dev_turns_a_replayed_storm_into_one_eml_and_stops_cleanly_on_ctrl_c(
         pid_file = dev_data_dir(state) / "postmaster.pid"
         server_pid = int(pid_file.read_text().split("\n", 1)[0])
 
-        url = f"http://127.0.0.1:{port}/webhooks/stripe"
+        # No --url: replay follows the running dev server to its port.
         replayed = main(
-            ["replay", str(EXAMPLES / "invoice_paid.json"), "--times", "3", "--url", url],
+            ["replay", str(EXAMPLES / "invoice_paid.json"), "--times", "3"],
             environ={"RECEIPTS_DEV_DIR": str(state)},
         )
         assert replayed == 0
@@ -95,8 +95,18 @@ def test_dev_turns_a_replayed_storm_into_one_eml_and_stops_cleanly_on_ctrl_c(
         port_line = pid_file.read_text().split("\n")[3]
         database = f"postgresql://postgres@127.0.0.1:{port_line.strip()}/postgres"
         assert any(database in line for line in banner)
-        # The banner tells how to point operator commands at the dev database.
-        assert any(line.strip().startswith(f"DATABASE_URL={database} ") for line in banner)
+        # Operator commands in another terminal find the dev database, and say so.
+        assert any(str(state / "dev.json") in line for line in banner)
+        second_terminal = subprocess.run(
+            [sys.executable, "-m", "receipts.cli", "status"],
+            env=dev_environ(state),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert second_terminal.returncode in (0, 1), second_terminal.stderr
+        assert "using the database of `receipts dev`" in second_terminal.stderr
+        assert second_terminal.stdout.startswith("outbox ")
 
         def recorded_as_sent() -> bool:  # the .eml is written before "sent" is recorded
             with psycopg.connect(database, autocommit=True) as conn:
@@ -117,6 +127,22 @@ def test_dev_turns_a_replayed_storm_into_one_eml_and_stops_cleanly_on_ctrl_c(
     wait_for(lambda: not is_running(server_pid), 10, "the embedded server to stop")
     assert not pid_file.exists()
     assert len(list((state / "mail").glob("*.eml"))) == 1
+    assert not (state / "dev.json").exists(), "a stopped dev server is no longer advertised"
+
+
+def test_a_restarted_dev_keeps_its_database_port(state: Path) -> None:
+    """Stopping and starting `receipts dev` on one state folder gives the embedded
+    database the same port, so a URL noted in another terminal keeps working."""
+    ports = []
+    for _ in range(2):
+        process, banner = start_dev(dev_environ(state), free_port())
+        try:
+            [line] = [line for line in banner if line.strip().startswith("database")]
+            ports.append(line.split("127.0.0.1:", 1)[1].split("/", 1)[0])
+        finally:
+            process.send_signal(signal.SIGINT)
+            assert process.wait(timeout=30) == 0
+    assert ports[0] == ports[1]
 
 
 def test_port_in_use_is_refused_before_anything_starts(tmp_path: Path) -> None:

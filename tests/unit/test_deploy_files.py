@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import subprocess
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -51,7 +52,20 @@ def _settings_the_product_reads() -> set[str]:
     return set(re.findall(r'"((?:RECEIPTS|STRIPE|RESEND|DATABASE|EMAIL)_[A-Z_]+)"', source))
 
 
+# `NAME=value command`: the variables a Procfile line sets for its one process.
+_ASSIGNMENT = re.compile(r"^([A-Z_]+)=(\S+)\s+")
+
+
+def _split_assignments(command: str) -> tuple[dict[str, str], str]:
+    assigned = {}
+    while match := _ASSIGNMENT.match(command):
+        assigned[match.group(1)] = match.group(2)
+        command = command[match.end() :]
+    return assigned, command
+
+
 def _assert_runs_the_product(command: str) -> None:
+    _assigned, command = _split_assignments(command)
     words = shlex.split(command)
     if words[0] == "receipts":
         assert words[1] in SUBCOMMANDS, f"{command!r} runs no receipts subcommand"
@@ -61,12 +75,51 @@ def _assert_runs_the_product(command: str) -> None:
 
 def test_procfile_runs_only_real_commands() -> None:
     """Every Procfile process is gunicorn on wsgi:app or a real `receipts` subcommand."""
-    processes = dict(
-        line.split(":", 1) for line in (ROOT / "Procfile").read_text().splitlines() if line
-    )
+    processes = _procfile()
     assert set(processes) == {"release", "web", "worker"}
     for command in processes.values():
-        _assert_runs_the_product(command.strip())
+        _assert_runs_the_product(command)
+
+
+def _procfile() -> dict[str, str]:
+    lines = (ROOT / "Procfile").read_text().splitlines()
+    entries = (line.split(":", 1) for line in lines if line)
+    return {name: command.strip() for name, command in entries}
+
+
+def _database_url_of(process: str, environ: dict[str, str]) -> str:
+    """What DATABASE_URL a Procfile process sees, expanded by bash as Heroku runs it."""
+    assigned, _command = _split_assignments(_procfile()[process])
+    if "DATABASE_URL" not in assigned:
+        return environ["DATABASE_URL"]
+    result = subprocess.run(
+        ["bash", "-c", f'printf %s "{assigned["DATABASE_URL"]}"'],
+        env=environ, capture_output=True, text=True, check=True, timeout=10,
+    )  # fmt: skip
+    return result.stdout
+
+
+def test_each_process_takes_its_own_database_url_and_release_the_owners() -> None:
+    """web and worker connect as their own roles when RECEIPTS_WEB_DATABASE_URL and
+    RECEIPTS_WORKER_DATABASE_URL are set (else DATABASE_URL); the release phase
+    (migrations) always uses DATABASE_URL, the owner's; only variables the product
+    reads are set."""
+    known = _settings_the_product_reads()
+    for _process, command in _procfile().items():
+        assigned, _rest = _split_assignments(command)
+        assert set(assigned) <= {"DATABASE_URL"}
+        assert set(re.findall(r"[A-Z_]{4,}", " ".join(assigned.values()))) <= known
+    owner = "postgresql://owner@db/receipts"
+    every = {
+        "DATABASE_URL": owner,
+        "RECEIPTS_WEB_DATABASE_URL": "postgresql://web@db/receipts",
+        "RECEIPTS_WORKER_DATABASE_URL": "postgresql://worker@db/receipts",
+    }
+    assert _database_url_of("web", every) == "postgresql://web@db/receipts"
+    assert _database_url_of("worker", every) == "postgresql://worker@db/receipts"
+    assert _database_url_of("release", every) == owner
+    for process in ("web", "worker", "release"):
+        assert _database_url_of(process, {"DATABASE_URL": owner}) == owner
 
 
 def test_pinned_versions_satisfy_pyproject() -> None:

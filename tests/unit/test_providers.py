@@ -13,7 +13,12 @@ from pathlib import Path
 import pytest
 import requests
 
-from receipts.delivery.providers import FileSinkProvider, ProviderAnswer, ResendProvider
+from receipts.delivery.providers import (
+    FileSinkProvider,
+    ProviderAnswer,
+    ResendProvider,
+    classify_response,
+)
 from tests.fake_provider import FakeProviderClient, running_fake_provider
 
 API_KEY = "re_test_key"
@@ -71,7 +76,10 @@ def test_same_key_with_another_body_is_rejected_for_review(fake: FakeProviderCli
     provider.send(KEY, payload())
     answer = provider.send(KEY, payload(subject="Another subject"))
     assert answer == ProviderAnswer(
-        kind="rejected", http_status=409, error="invalid_idempotent_request"
+        kind="rejected",
+        http_status=409,
+        error="invalid_idempotent_request",
+        message="fake provider: invalid_idempotent_request",
     )
     assert fake.stats()["deliveries"] == 1
 
@@ -115,6 +123,22 @@ def test_retry_after_and_rate_limit_headers_are_read(fake: FakeProviderClient) -
     fake.script({"status": 429, "headers": {"Retry-After": "7", "ratelimit-reset": "3"}})
     answer = resend(fake.url).send(KEY, payload())
     assert answer.retry_after == 7.0 and answer.rate_limit_reset == 3.0
+
+
+def test_the_providers_error_message_is_kept_on_one_bounded_line() -> None:
+    """Resend's ``message`` travels with the answer for operators: control characters
+    become spaces, it is cut at 300 characters, and a 2xx or a body without one has none."""
+    body = json.dumps(
+        {"statusCode": 422, "name": "validation_error",
+         "message": "Invalid `to` field.\nThe email address needs to follow the "
+                    "`email@example.com` format." + "x" * 400}
+    ).encode()  # fmt: skip
+    answer = classify_response(422, {}, body)
+    assert answer.error == "validation_error"
+    assert answer.message is not None and len(answer.message) == 300
+    assert answer.message.startswith("Invalid `to` field. The email address needs")
+    assert classify_response(500, {}, b"not json").message is None
+    assert classify_response(200, {}, b'{"id": "re_1", "message": "ok"}').message is None
 
 
 def test_a_wrong_api_key_is_unauthorized_not_a_message_problem(fake: FakeProviderClient) -> None:

@@ -1,0 +1,136 @@
+"""How ``receipts show`` prints one receipt's timeline: the row, then each part in order.
+
+The frozen email (body, invoice link) appears only when the timeline carries
+it (``--payload``); addresses and the provider's messages are shown, since
+that is what support needs to act.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from receipts.commands.formatting import iso, money
+from receipts.operations.timeline import Timeline
+from receipts.vocabulary import ReviewReason, RowStatus
+
+
+def render(timeline: Timeline) -> str:
+    row = timeline.row
+    lines = [f"receipt {timeline.message_key}"]
+    state = row["status"] + (f" ({row['review_reason']})" if row["review_reason"] else "")
+    lines += [
+        f"  status        {state}",
+        f"  invoice       {_invoice(row)}  account {row['account']}  "
+        f"{'live' if row['livemode'] else 'test'}",
+        f"  recipients    {', '.join(row['recipients'] or []) or '-'}",
+        f"  created       {iso(row['created_at'])} from event {row['source_event_id']}",
+        f"  attempts      {row['attempts']}  first {iso(row['first_attempt_at'])}  "
+        f"next ready {iso(row['available_at'])}",
+    ]
+    if row["status"] == RowStatus.PROCESSING:
+        lines.append(f"  leased until  {iso(row['locked_until'])}")
+    if row["provider_id"] or row["sent_at"]:
+        lines.append(f"  sent          {iso(row['sent_at'])}  provider id {row['provider_id']}")
+    if row["delivery_status"]:
+        lines.append(
+            f"  delivery      {row['delivery_status']} at {iso(row['delivery_status_at'])}"
+        )
+    if not row["recipients"] and row["customer_email"]:
+        lines.append(f"  customer      {row['customer_email']} (as the invoice gave it)")
+    if row["last_error"]:
+        lines.append(f"  last error    {row['last_error']}")
+    lines += _decision_hint(timeline)
+    lines += _section("stripe events", timeline.events, _event_line)
+    lines += _section("attempts", timeline.attempts, _attempt_line)
+    lines += _section("operator actions", timeline.actions, _action_line)
+    lines += _section("delivery events", timeline.deliveries, _delivery_line)
+    if timeline.payload is not None:
+        lines.append("  payload")
+        lines += ["    " + line for line in json.dumps(timeline.payload, indent=2).splitlines()]
+    return "\n".join(lines)
+
+
+def _invoice(row: dict[str, Any]) -> str:
+    """``in_… (ACME-0102, $19.99)``: the id, and what support calls it when known."""
+    known = [row["invoice_number"], money(row["amount"], row["currency"])]
+    details = ", ".join(part for part in known if part)
+    return f"{row['invoice_id']} ({details})" if details else row["invoice_id"]
+
+
+def _decision_hint(timeline: Timeline) -> list[str]:
+    """For an open review row: the commands, and whether the provider may have it."""
+    row = timeline.row
+    if row["status"] != RowStatus.REVIEW or row["review_reason"] == ReviewReason.DISMISSED:
+        return []
+    hint = [f"  decide        receipts review resolve|retry|resend|dismiss {row['message_key']} "
+            "--reason …"]  # fmt: skip
+    if any(a["uncertain"] and a["beyond_key_window"] for a in timeline.attempts):
+        hint.append(
+            "  ! an attempt that may have reached the provider is older than its 24 h "
+            "idempotency window: look the key up in the provider's logs before a retry"
+        )
+    for email_id in sorted({d["email_id"] for d in _unrecorded_sends(timeline)}):
+        hint.append(
+            f"  ! the provider reported email {email_id} with this receipt's tag: it was sent "
+            f"(`receipts review resolve {row['message_key']} --provider-id {email_id}`)"
+        )
+    return hint
+
+
+def _unrecorded_sends(timeline: Timeline) -> list[dict[str, Any]]:
+    """Delivery events matched by tag only: sends this row never recorded."""
+    return [d for d in timeline.deliveries if d["outcome"] == "unknown_email" and d["email_id"]]
+
+
+def _section(title: str, items: list[dict[str, Any]], line: Any) -> list[str]:
+    if not items:
+        return [f"  {title}: none"]
+    return [f"  {title}:"] + [f"    {line(item)}" for item in items]
+
+
+def _event_line(event: dict[str, Any]) -> str:
+    detail = f" ({event['detail']})" if event["detail"] else ""
+    return (
+        f"{event['event_id']} {event['event_type']} {event['outcome']}{detail}, "
+        f"{event['deliveries']} deliveries, first {iso(event['first_received_at'])}, "
+        f"last {iso(event['last_received_at'])}"
+    )
+
+
+def _attempt_line(attempt: dict[str, Any]) -> str:
+    parts = [
+        f"#{attempt['attempt']} {iso(attempt['started_at'])} worker {attempt['worker_id']}",
+        f"outcome {attempt['outcome'] or '-'}",
+        f"http {attempt['http_status'] or '-'}",
+    ]
+    if attempt["provider_error"]:
+        parts.append(f"error {attempt['provider_error']}")
+    if attempt.get("provider_message"):
+        parts.append(f"message {attempt['provider_message']!r}")
+    if attempt["provider_id"]:
+        parts.append(f"provider id {attempt['provider_id']}")
+    if attempt["finished_at"]:
+        parts.append(f"finished {iso(attempt['finished_at'])}")
+    line = ", ".join(parts)
+    if attempt["uncertain"]:
+        line += f"\n      ! {attempt['uncertain']}"
+    return line
+
+
+def _action_line(action: dict[str, Any]) -> str:
+    details = f" {json.dumps(action['details'], sort_keys=True)}" if action["details"] else ""
+    return (
+        f"{iso(action['performed_at'])} {action['action']} by {action['performed_by']}: "
+        f"{action['reason']}{details}"
+    )
+
+
+def _delivery_line(delivery: dict[str, Any]) -> str:
+    line = (
+        f"{iso(delivery['occurred_at'] or delivery['received_at'])} {delivery['event_type']} "
+        f"({delivery['outcome']}) svix id {delivery['svix_id']}"
+    )
+    if delivery["outcome"] == "unknown_email":
+        line += f", email {delivery['email_id']} not recorded on this receipt (matched by tag)"
+    return line

@@ -1,0 +1,243 @@
+"""Web ingest and the worker through a real PgBouncer in transaction pooling mode.
+
+Most managed PostgreSQL offerings put PgBouncer in front of the database.
+With ``RECEIPTS_DATABASE_POOLING=transaction`` the product prepares no
+statement on the server and keeps no session state across transactions;
+``receipts worker --loop`` LISTENs on ``DATABASE_DIRECT_URL``, or polls and
+says so. The last test runs the whole ingest and worker suites through
+PgBouncer (``RECEIPTS_TEST_THROUGH_PGBOUNCER=1``, ``tests/conftest.py``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg.rows import dict_row
+
+from receipts import queries
+from receipts.cli import main
+from receipts.config import Settings, load_settings
+from receipts.db import Database
+from receipts.delivery.worker import WorkerSummary, provider_from_settings, run_worker
+from receipts.operations import privileges
+from receipts.web import create_app
+from tests import stripe_events
+from tests.fake_provider import FakeProviderClient, running_fake_provider
+from tests.helpers import METRICS_AUTH, METRICS_TOKEN, wait_for
+from tests.outbox_states import Db, insert_pending
+from tests.pgbouncer import PgBouncer
+from tests.stripe_events import TEST_SECRET, encode, sign
+
+ROOT = Path(__file__).resolve().parents[2]
+API_KEY = "re_pgbouncer"
+
+
+@pytest.fixture
+def pooled_url(pgbouncer: PgBouncer, direct_database_url: str) -> str:
+    return pgbouncer.url_for(direct_database_url)
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeProviderClient]:
+    with running_fake_provider(api_key=API_KEY) as client:
+        yield client
+
+
+def settings_through(pooled_url: str, fake: FakeProviderClient, **more: str) -> Settings:
+    return load_settings(
+        {
+            "DATABASE_URL": pooled_url,
+            "RECEIPTS_DATABASE_POOLING": "transaction",
+            "STRIPE_WEBHOOK_SECRET": TEST_SECRET,
+            "EMAIL_FROM": "Billing <billing@example.com>",
+            "RESEND_API_KEY": API_KEY,
+            "RESEND_API_URL": fake.url,
+            "RECEIPTS_METRICS_TOKEN": METRICS_TOKEN,
+            **more,
+        }
+    )
+
+
+def test_prepared_statements_break_behind_pgbouncer_and_the_setting_avoids_them(
+    pooled_url: str,
+) -> None:
+    """Two pooled connections taking turns share one server connection: with psycopg's
+    server-side prepared statements the second finds the first's statement name taken;
+    with RECEIPTS_DATABASE_POOLING=transaction (no prepared statements) all succeed."""
+    statement = queries.load("ingest")["outbox_fingerprint"]
+
+    def take_turns(prepared: bool) -> None:
+        database = Database(pooled_url, max_size=2, prepared_statements=prepared)
+        try:
+            with database.autocommit() as first, database.autocommit() as second:
+                for _ in range(6):
+                    for conn in (first, second):
+                        conn.execute(statement, {"key": "platform/test/in_1X/invoice-paid"})
+        finally:
+            database.close()
+
+    with pytest.raises(psycopg.errors.DuplicatePreparedStatement):
+        take_turns(prepared=True)
+    take_turns(prepared=False)
+
+
+def test_concurrent_webhooks_are_ingested_through_pgbouncer(
+    pooled_url: str, fake: FakeProviderClient, db: Db
+) -> None:
+    """200 signed deliveries (100 events, each twice) from 16 threads through the
+    app's pool and PgBouncer: every one 200, 100 rows, each event counting 2."""
+    app = create_app(settings_through(pooled_url, fake))
+    client_lock = threading.Lock()
+    events = [stripe_events.event(stripe_events.invoice()) for _ in range(100)]
+
+    def deliver(event: dict[str, Any]) -> int:
+        body = encode(event)
+        with client_lock:
+            client = app.test_client()
+        return client.post(
+            "/webhooks/stripe", data=body, headers={"Stripe-Signature": sign(body, TEST_SECRET)}
+        ).status_code
+
+    try:
+        with ThreadPoolExecutor(max_workers=16) as pool:
+            statuses = list(pool.map(deliver, events + events))
+        metrics = app.test_client().get("/metrics", headers=METRICS_AUTH).get_data(as_text=True)
+    finally:
+        app.extensions["receipts"].database.close()
+    assert statuses == [200] * 200
+    assert db.execute("SELECT count(*) AS n FROM email_outbox").fetchone() == {"n": 100}
+    assert db.execute(
+        "SELECT count(*) AS n FROM stripe_events WHERE deliveries = 2"
+    ).fetchone() == {"n": 100}
+    assert "receipts_database_up 1.0" in metrics
+
+
+def test_the_cron_worker_drains_through_pgbouncer(
+    pooled_url: str, fake: FakeProviderClient, db: Db
+) -> None:
+    """A drain of 300 rows (many claims and records per pooled connection) sends each once."""
+    insert_pending(db, 300)
+    settings = settings_through(pooled_url, fake)
+    provider = provider_from_settings(settings, concurrency=8)
+    try:
+        summary = run_worker(settings, provider, concurrency=8)
+    finally:
+        provider.close()
+    assert (summary.sent, summary.error) == (300, None)
+    assert fake.stats()["deliveries"] == 300
+    assert db.execute(
+        "SELECT count(*) AS n FROM email_outbox WHERE status = 'sent'"
+    ).fetchone() == {"n": 300}
+
+
+def _loop(settings: Settings, stop: threading.Event, poll_seconds: float) -> list[WorkerSummary]:
+    result: list[WorkerSummary] = []
+
+    def run() -> None:
+        provider = provider_from_settings(settings, concurrency=2)
+        try:
+            result.append(
+                run_worker(
+                    settings, provider, loop=True, stop_event=stop, poll_seconds=poll_seconds
+                )
+            )
+        finally:
+            provider.close()
+
+    threading.Thread(target=run, daemon=True).start()
+    return result
+
+
+def test_the_loop_worker_listens_on_the_direct_url(
+    pooled_url: str, direct_database_url: str, fake: FakeProviderClient, db: Db
+) -> None:
+    """Claims go through PgBouncer; LISTEN on DATABASE_DIRECT_URL wakes the worker at
+    once although it polls only every 60 s."""
+    settings = settings_through(pooled_url, fake, DATABASE_DIRECT_URL=direct_database_url)
+    stop = threading.Event()
+    result = _loop(settings, stop, poll_seconds=60)
+    try:
+        wait_for(lambda: _listening(db), what="the worker's LISTEN on the direct URL")
+        app = create_app(settings)
+        try:
+            body = encode(stripe_events.event(stripe_events.invoice(id="in_1Woken")))
+            app.test_client().post(
+                "/webhooks/stripe", data=body, headers={"Stripe-Signature": sign(body, TEST_SECRET)}
+            )
+        finally:
+            app.extensions["receipts"].database.close()
+        wait_for(lambda: fake.stats()["deliveries"] == 1, timeout=10, what="the woken send")
+    finally:
+        stop.set()
+        wait_for(lambda: bool(result), what="the worker to stop")
+    assert result[0].sent == 1
+
+
+def test_without_a_direct_url_the_loop_worker_polls_and_says_so(
+    pooled_url: str, fake: FakeProviderClient, db: Db, caplog: pytest.LogCaptureFixture
+) -> None:
+    """RECEIPTS_DATABASE_POOLING=transaction and no DATABASE_DIRECT_URL: no LISTEN is
+    attempted (PgBouncer would forget it), a warning names DATABASE_DIRECT_URL, and
+    rows are still sent by polling."""
+    caplog.set_level(logging.INFO, logger="receipts")
+    settings = settings_through(pooled_url, fake)
+    stop = threading.Event()
+    result = _loop(settings, stop, poll_seconds=0.3)
+    try:
+        insert_pending(db, 3)
+        wait_for(lambda: fake.stats()["deliveries"] == 3, timeout=15, what="polled sends")
+    finally:
+        stop.set()
+        wait_for(lambda: bool(result), what="the worker to stop")
+    assert not _listening(db)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("set DATABASE_DIRECT_URL" in message for message in warnings), warnings
+
+
+def _listening(db: Db) -> bool:
+    first_line = queries.load("delivery")["listen"].splitlines()[0]
+    found = db.execute(
+        "SELECT 1 FROM pg_stat_activity WHERE datname = current_database() "
+        "AND starts_with(query, %s)",
+        (first_line,),
+    ).fetchone()
+    return found is not None
+
+
+def test_operator_commands_and_the_privilege_check_work_through_pgbouncer(
+    pooled_url: str, fake: FakeProviderClient, db: Db, capsys: Any
+) -> None:
+    """status, show and review list run through PgBouncer; so does the privilege check
+    `receipts doctor` makes (its PREPARE lives and dies inside one transaction)."""
+    insert_pending(db, 2)
+    environ = {"DATABASE_URL": pooled_url, "RECEIPTS_DATABASE_POOLING": "transaction"}
+    assert main(["status"], environ) == 0
+    assert main(["show", "platform/test/in_1Work000001/invoice-paid"], environ) == 0
+    assert main(["review", "list"], environ) == 0
+    capsys.readouterr()
+    with psycopg.connect(pooled_url, row_factory=dict_row, prepare_threshold=None) as conn:
+        for process in ("web", "worker", "operator"):
+            assert privileges.refusals(conn, process) == [], process
+
+
+def test_the_ingest_and_worker_suites_pass_through_pgbouncer(pgbouncer: PgBouncer) -> None:
+    """tests/db/test_web.py and tests/db/test_worker.py, whole, with every database
+    reached through PgBouncer in transaction mode (RECEIPTS_TEST_THROUGH_PGBOUNCER=1)."""
+    environment = {**os.environ, "RECEIPTS_TEST_THROUGH_PGBOUNCER": "1", "PYTHONPATH": str(ROOT)}
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x",
+         "tests/db/test_web.py", "tests/db/test_worker.py"],
+        cwd=ROOT, env=environment, capture_output=True, text=True, timeout=900, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    assert " passed" in result.stdout and " skipped" not in result.stdout.splitlines()[-1]

@@ -1,20 +1,17 @@
 """Email providers behind one small interface: Resend, and a local file sink.
 
 A provider takes the message key and the frozen payload exactly as stored
-(JSON bytes) and returns a :class:`ProviderAnswer` that already says what the
-outbox must do with the row:
+(JSON bytes) and returns a :class:`ProviderAnswer`: the facts of the answer,
+as Resend gives them (the HTTP status, the error name of Resend's body
+``{"statusCode", "name", "message"}``, the id of an accepted email, and the
+rate-limit headers), or the name of the network failure when no answer came.
+What each answer does to the row, the pace and the run is decided in one
+place, ``receipts.delivery.decisions`` (docs/architecture.md, "What each
+provider answer does"). Providers never touch the database.
 
-* ``accepted``: the provider took the message and gave its id;
-* ``retry``: nothing is known to have gone wrong with the message itself
-  (timeout, connection error, 5xx, 429, a request with the same key still in
-  progress, a 2xx without an id); the same key makes a later retry safe;
-* ``rejected``: retrying cannot help (the key was reused with another body,
-  an invalid recipient...); a person must look at it;
-* ``unauthorized``: 401/403, the provider refuses our credentials or sender;
-  a configuration problem, not a problem of this message.
-
-Only ``receipts.delivery.decisions`` says what happens next; providers never
-touch the database.
+The file sink answers in the same terms (200 with an id, 409
+``invalid_idempotent_request``, 422 ``validation_error``), so one table
+decides for both.
 """
 
 from __future__ import annotations
@@ -24,6 +21,7 @@ import email.policy
 import email.utils
 import hashlib
 import json
+import math
 import os
 import re
 import tempfile
@@ -32,35 +30,49 @@ from dataclasses import dataclass, replace
 from email.message import EmailMessage
 from email.parser import BytesHeaderParser
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 import requests
 from requests.adapters import HTTPAdapter
 
-AnswerKind = Literal["accepted", "retry", "rejected", "unauthorized"]
+# Resend's documented default rate limit: 5 requests per second per team
+# (https://resend.com/docs/api-reference/rate-limit). RECEIPTS_SEND_RATE
+# defaults to it for Resend; the local file sink has no limit.
+RESEND_DEFAULT_RATE = 5.0
 
 # 409 answers Resend gives for a reused Idempotency-Key.
 KEY_IN_PROGRESS = "concurrent_idempotent_requests"
 KEY_REUSED_WITH_OTHER_BODY = "invalid_idempotent_request"
+# Our names for sends that got no HTTP answer.
+TIMEOUT = "timeout"
+CONNECTION_ERROR = "connection_error"
 
 
 @dataclass(frozen=True, kw_only=True)
 class ProviderAnswer:
-    """What one send attempt came to, in the terms the outbox needs."""
+    """What one send attempt came to: the provider's answer, or the network failure."""
 
-    kind: AnswerKind
-    http_status: int | None = None
-    provider_id: str | None = None
+    http_status: int | None = None  # None: no answer (timeout, connection error)
+    provider_id: str | None = None  # the id of an accepted email (a 2xx body's "id")
     error: str | None = None  # the provider's error name, or ours for network failures
+    api_key_refused: bool = False  # the error's message says the API key is invalid
     retry_after: float | None = None  # seconds the provider asked us to wait
-    rate_limit_reset: float | None = None  # seconds until the provider's window resets
+    rate_limit_limit: int | None = None  # requests the provider allows per window
     rate_limit_remaining: int | None = None
+    rate_limit_reset: float | None = None  # seconds until the provider's window resets
+
+    @property
+    def accepted(self) -> bool:
+        """A 2xx carrying the email's id: the provider took the message."""
+        status = self.http_status
+        return status is not None and 200 <= status < 300 and bool(self.provider_id)
 
 
 class Provider(Protocol):
     """Sends one frozen message; must be safe to call from several threads."""
 
     name: str
+    default_rate: float  # requests per second when RECEIPTS_SEND_RATE is unset (0: no cap)
 
     def send(self, message_key: str, payload: bytes) -> ProviderAnswer: ...
 
@@ -71,6 +83,7 @@ class ResendProvider:
     """``POST {api_url}/emails`` with the message key as ``Idempotency-Key``."""
 
     name = "resend"
+    default_rate = RESEND_DEFAULT_RATE
 
     def __init__(
         self,
@@ -101,13 +114,17 @@ class ResendProvider:
                 data=payload,
                 headers={"Idempotency-Key": message_key},
                 timeout=self._timeout,
+                # A redirect means RESEND_API_URL is not Resend's API base: the
+                # 3xx itself is the answer (a configuration error), and the API
+                # key is never sent on to another address.
+                allow_redirects=False,
             )
         except requests.Timeout:
-            return ProviderAnswer(kind="retry", error="timeout")
+            return ProviderAnswer(error=TIMEOUT)
         except requests.ConnectionError:
-            return ProviderAnswer(kind="retry", error="connection_error")
+            return ProviderAnswer(error=CONNECTION_ERROR)
         except requests.RequestException as exc:
-            return ProviderAnswer(kind="retry", error=type(exc).__name__)
+            return ProviderAnswer(error=type(exc).__name__)
         return classify_response(response.status_code, response.headers, response.content)
 
     def close(self) -> None:
@@ -124,30 +141,37 @@ class _BearerToken(requests.auth.AuthBase):
 
 
 def classify_response(status: int, headers: Any, body: bytes) -> ProviderAnswer:
-    """Map one HTTP answer onto the outcome table.
+    """The facts of one HTTP answer, read the way Resend writes them.
 
-    docs/architecture.md, "What each provider answer does", lists every case;
-    ``receipts.delivery.decisions`` says what each kind does to the row.
+    The error name is the body's ``name`` when it is a short machine name
+    (else ``http_<status>``); its free-text ``message`` is only looked at for
+    the one thing the name does not say (a ``validation_error`` that means
+    the API key is invalid) and is never kept. docs/architecture.md, "What
+    each provider answer does", lists what each answer does.
     """
     document = _json_object(body)
     answer = ProviderAnswer(
-        kind="retry",
         http_status=status,
         retry_after=_seconds(headers.get("Retry-After")),
-        rate_limit_reset=_seconds(headers.get("ratelimit-reset")),
+        rate_limit_limit=_integer(headers.get("ratelimit-limit")),
         rate_limit_remaining=_integer(headers.get("ratelimit-remaining")),
+        rate_limit_reset=_seconds(headers.get("ratelimit-reset")),
     )
     if 200 <= status < 300:
         provider_id = document.get("id")
         if isinstance(provider_id, str) and provider_id:
-            return replace(answer, kind="accepted", provider_id=provider_id)
+            return replace(answer, provider_id=provider_id)
         return replace(answer, error="no_provider_id")
-    error = _error_name(document, status)
-    if status in (401, 403):
-        return replace(answer, kind="unauthorized", error=error)
-    if (status == 409 and error == KEY_IN_PROGRESS) or status in (408, 429) or status >= 500:
-        return replace(answer, error=error)
-    return replace(answer, kind="rejected", error=error)
+    return replace(
+        answer,
+        error=_error_name(document, status),
+        api_key_refused=_says_api_key_invalid(document.get("message")),
+    )
+
+
+def _says_api_key_invalid(message: Any) -> bool:
+    """Resend's ``validation_error`` "API key is invalid" (400 on a malformed key)."""
+    return isinstance(message, str) and "api key" in message.lower()
 
 
 def _json_object(body: bytes) -> dict[str, Any]:
@@ -170,26 +194,33 @@ def _error_name(document: dict[str, Any], status: int) -> str:
 
 
 def _seconds(value: str | None) -> float | None:
-    """A delay in seconds from a header (delta-seconds or an HTTP date)."""
+    """A delay in seconds from a header (delta-seconds or an HTTP date).
+
+    ``inf`` (or a number too large for a float) is kept as infinity, for the
+    caller to cap; what is not a number or a date is None.
+    """
     if value is None:
         return None
     value = value.strip()
     try:
-        return max(0.0, float(value))
+        seconds = float(value)
     except ValueError:
-        pass
+        seconds = math.nan
+    if not math.isnan(seconds):
+        return max(0.0, seconds)
     try:
         when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, IndexError, OverflowError):
         return None
     return max(0.0, when.timestamp() - time.time())
 
 
 def _integer(value: str | None) -> int | None:
     try:
-        return int(value) if value is not None else None
+        number = int(value.strip()) if value is not None else None
     except ValueError:
         return None
+    return number if number is None or number >= 0 else None
 
 
 class FileSinkProvider:
@@ -201,6 +232,7 @@ class FileSinkProvider:
     """
 
     name = "file"
+    default_rate = 0.0
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
@@ -215,13 +247,13 @@ class FileSinkProvider:
             try:
                 message = build_email(message_key, payload, message_id, digest)
             except ValueError:
-                return ProviderAnswer(kind="rejected", error="validation_error", http_status=None)
+                return ProviderAnswer(http_status=422, error="validation_error")
             if _create_atomically(target, message.as_bytes(policy=email.policy.SMTP)):
-                return ProviderAnswer(kind="accepted", provider_id=message_id)
+                return ProviderAnswer(http_status=200, provider_id=message_id)
             existing = _stored_payload_digest(target)
         if existing != digest:
-            return ProviderAnswer(kind="rejected", error=KEY_REUSED_WITH_OTHER_BODY)
-        return ProviderAnswer(kind="accepted", provider_id=message_id)
+            return ProviderAnswer(http_status=409, error=KEY_REUSED_WITH_OTHER_BODY)
+        return ProviderAnswer(http_status=200, provider_id=message_id)
 
     def path_for(self, message_key: str) -> Path:
         """A safe file name: readable key characters plus a hash against collisions."""

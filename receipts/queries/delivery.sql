@@ -108,3 +108,31 @@ RETURNING t.id, s.message_key IS NOT NULL AS held
 -- name: listen
 -- Subscribes this connection to the wake-ups ingest and review send on the receipts_outbox channel (vocabulary.NOTIFY_CHANNEL); polling covers any missed.
 LISTEN receipts_outbox
+
+-- name: record_sending_pause
+-- Pauses all sending through this provider for the given seconds: a pause still in force is only ever lengthened (keeping when it began), an expired one is replaced; returns the pause now in force.
+INSERT INTO sending_pauses AS p (provider, reason, paused_until, worker_id)
+VALUES (%(provider)s, %(reason)s, now() + make_interval(secs => %(pause_seconds)s), %(worker_id)s)
+ON CONFLICT (provider) DO UPDATE
+   SET reason = CASE WHEN p.paused_until >= EXCLUDED.paused_until THEN p.reason
+                     ELSE EXCLUDED.reason END,
+       paused_at = CASE WHEN p.paused_until > now() THEN p.paused_at ELSE EXCLUDED.paused_at END,
+       worker_id = CASE WHEN p.paused_until >= EXCLUDED.paused_until THEN p.worker_id
+                        ELSE EXCLUDED.worker_id END,
+       paused_until = greatest(p.paused_until, EXCLUDED.paused_until)
+RETURNING provider, reason, paused_at, paused_until, worker_id,
+          extract(epoch FROM paused_until - now())::float8 AS seconds_left
+
+-- name: current_sending_pause
+-- The pause in force for this provider with the seconds it has left, or no row when sending may go on.
+SELECT provider, reason, paused_at, paused_until, worker_id,
+       extract(epoch FROM paused_until - now())::float8 AS seconds_left
+FROM sending_pauses
+WHERE provider = %(provider)s AND paused_until > now()
+
+-- name: clear_sending_pause
+-- Lifts this provider's pause at once (an operator upgraded the plan); returns the pause that was in force, if any.
+DELETE FROM sending_pauses
+WHERE provider = %(provider)s
+RETURNING provider, reason, paused_at, paused_until, worker_id,
+          greatest(0, extract(epoch FROM paused_until - now()))::float8 AS seconds_left

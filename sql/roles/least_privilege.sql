@@ -24,7 +24,8 @@
 --   It cannot read the frozen emails (payload), change a row's status, or
 --   delete anything.
 -- receipts_worker (receipts worker): claim and update outbox rows, write
---   the attempt log. It cannot create or delete outbox rows or read events.
+--   the attempt log, record, read and lift the sending pause after a quota
+--   answer. It cannot create or delete outbox rows or read events.
 -- Operator commands (status, show, review, import), migrate and prune keep
 -- using the owner role.
 
@@ -50,7 +51,8 @@ $$;
 
 -- Start from nothing, so a rerun also takes back what an older version granted.
 REVOKE ALL ON stripe_events, email_outbox, email_attempts, operator_actions, resend_events,
-    stripe_thin_events, reconcile_runs, schema_migrations FROM receipts_web, receipts_worker;
+    stripe_thin_events, reconcile_runs, sending_pauses, schema_migrations
+    FROM receipts_web, receipts_worker;
 REVOKE ALL ON SEQUENCE email_attempts_id_seq, operator_actions_id_seq, reconcile_runs_id_seq
     FROM receipts_web, receipts_worker;
 
@@ -60,9 +62,9 @@ GRANT USAGE ON SCHEMA public TO receipts_web, receipts_worker;
 GRANT SELECT, INSERT ON stripe_events TO receipts_web;
 GRANT UPDATE (deliveries, last_received_at) ON stripe_events TO receipts_web;
 GRANT INSERT ON email_outbox TO receipts_web;
-GRANT SELECT (message_key, fingerprint, status, review_reason, available_at, first_attempt_at,
-              lease_token, locked_until, provider_id, sent_at, delivery_status,
-              delivery_status_at)
+GRANT SELECT (message_key, invoice_id, fingerprint, status, review_reason, available_at,
+              first_attempt_at, lease_token, locked_until, provider_id, sent_at,
+              delivery_status, delivery_status_at, delivery_detail)
     ON email_outbox TO receipts_web;
 -- web: thin event notifications (stored, then resolved once their invoice is fetched)
 GRANT SELECT, INSERT ON stripe_thin_events TO receipts_web;
@@ -71,11 +73,13 @@ GRANT UPDATE (deliveries, last_received_at, fetch_attempts, last_error, status, 
 -- web: Resend delivery webhooks
 GRANT SELECT, INSERT ON resend_events TO receipts_web;
 GRANT UPDATE (outcome, message_key) ON resend_events TO receipts_web;
-GRANT UPDATE (delivery_status, delivery_status_at, updated_at) ON email_outbox TO receipts_web;
+GRANT UPDATE (delivery_status, delivery_status_at, delivery_detail, updated_at)
+    ON email_outbox TO receipts_web;
 -- web: /metrics
-GRANT SELECT ON email_attempts, reconcile_runs TO receipts_web;
+GRANT SELECT ON email_attempts, reconcile_runs, sending_pauses TO receipts_web;
 
 -- worker
 GRANT SELECT, UPDATE ON email_outbox TO receipts_worker;
 GRANT SELECT, INSERT, UPDATE ON email_attempts TO receipts_worker;
+GRANT SELECT, INSERT, UPDATE, DELETE ON sending_pauses TO receipts_worker;
 GRANT USAGE ON SEQUENCE email_attempts_id_seq TO receipts_worker;

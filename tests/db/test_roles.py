@@ -83,6 +83,9 @@ SAMPLE_PARAMETERS: dict[str, Any] = {
     "last_errors": [None],
     "http_statuses": [200],
     "provider_errors": [None],
+    "provider": "resend",
+    "pause_seconds": 3600.0,
+    "reason": "daily_quota_exceeded",
 }
 _PARAMETER = re.compile(r"%\((\w+)\)s")
 # Statements the planner can check without running them; others run for real.

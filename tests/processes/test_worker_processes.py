@@ -57,6 +57,7 @@ def worker_env(database_url: str, fake: FakeProviderClient, **extra: str) -> dic
         "RESEND_API_URL": fake.url,
         "RECEIPTS_PROVIDER_TIMEOUT": "2",
         "RECEIPTS_PROVIDER_CONNECT_TIMEOUT": "1",
+        "RECEIPTS_SEND_RATE": "0",
         "LOG_FORMAT": "json",
     }
     env.update(extra)

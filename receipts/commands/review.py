@@ -141,6 +141,21 @@ def _decide(
     return f"{key}: dismissed, no email will be sent"
 
 
+def _evidence_offer(row: dict[str, Any]) -> list[str]:
+    """Resend reported sending it: offer to resolve it with the email's id."""
+    lines = []
+    for send in row["evidence"]:
+        email_id, accepted_at = send["email_id"], iso(send["accepted_at"])
+        lines += [
+            f"    Resend accepted it at {accepted_at} as email {email_id}; resolve with this id?",
+            f"      receipts review resolve {row['message_key']} --provider-id {email_id} "
+            f"--sent-at {accepted_at} --reason 'Resend reported it sent'",
+        ]
+    if len(row["evidence"]) > 1:
+        lines.append("    ! more than one email carries its tag: check Resend's logs for both")
+    return lines
+
+
 def _print_list(rows: list[dict[str, Any]], *, as_json: bool) -> None:
     if as_json:
         print(json.dumps(rows, indent=2, default=str))
@@ -154,8 +169,6 @@ def _print_list(rows: list[dict[str, Any]], *, as_json: bool) -> None:
             flags.append("no email could be made")
         if row["abandoned_attempt"]:
             flags.append("has an attempt that never finished")
-        if row["provider_reported_send"]:
-            flags.append("the provider reported sending it: see `receipts show`")
         extra = f"  [{'; '.join(flags)}]" if flags else ""
         print(
             f"{row['message_key']}  {row['review_reason']}  attempts {row['attempts']}  "
@@ -163,4 +176,6 @@ def _print_list(rows: list[dict[str, Any]], *, as_json: bool) -> None:
         )
         if row["last_error"]:
             print(f"    last error: {row['last_error']}")
+        for line in _evidence_offer(row):
+            print(line)
     print(f"{len(rows)} receipt(s)")

@@ -90,6 +90,36 @@ def test_list_flags_only_rows_whose_tag_the_provider_reported(
     assert flags == {reported: True, quiet: False}
 
 
+def test_list_offers_the_evidence_of_an_unrecorded_send(
+    operator_env: dict[str, str], db: Db, capsys: Any
+) -> None:
+    """An ambiguous review row with evidence (Resend's email.sent naming it by tag) is
+    offered for resolution with that email's id and acceptance time; --json carries it."""
+    key = insert_row(db, "in_1Offer", status="review", review_reason="attempts_exhausted")
+    db.execute(
+        """INSERT INTO resend_events (svix_id, event_type, email_id, message_key, message_tag,
+                                      outcome, email_created_at)
+           VALUES ('msg_offer', 'email.sent', 're_offered', %s, %s, 'evidence',
+                   '2026-11-30T00:59:58Z')""",
+        (key, key.replace("/", "_")),
+    )
+    assert review(operator_env, "list") == 0
+    out = capsys.readouterr().out
+    assert (
+        "Resend accepted it at 2026-11-30T00:59:58+00:00 as email re_offered; "
+        "resolve with this id?" in out
+    )
+    assert (
+        f"receipts review resolve {key} --provider-id re_offered "
+        "--sent-at 2026-11-30T00:59:58+00:00" in out
+    )
+    assert review(operator_env, "list", "--json") == 0
+    [listed] = json.loads(capsys.readouterr().out)
+    assert listed["evidence"] == [
+        {"email_id": "re_offered", "accepted_at": "2026-11-30 00:59:58+00:00"}
+    ]
+
+
 def test_list_when_nothing_waits(operator_env: dict[str, str], capsys: Any) -> None:
     assert review(operator_env, "list") == 0
     assert "no receipts in review" in capsys.readouterr().out

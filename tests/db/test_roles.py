@@ -14,6 +14,7 @@ import os
 import re
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -86,6 +87,9 @@ SAMPLE_PARAMETERS: dict[str, Any] = {
     "provider": "resend",
     "pause_seconds": 3600.0,
     "reason": "daily_quota_exceeded",
+    "email_created_at": datetime(2026, 11, 30, 0, 59, tzinfo=UTC),
+    "invoice_ids": ["in_1Sample"],
+    "tag": "platform_test_in_1Sample_invoice-paid",
 }
 _PARAMETER = re.compile(r"%\((\w+)\)s")
 # Statements the planner can check without running them; others run for real.
@@ -181,6 +185,48 @@ def test_web_role_records_delivery_events(roles: dict[str, str], db: Db) -> None
             ),
         )
     assert outcome == "applied" and row(db, key)["delivery_status"] == "delivered"
+
+
+def test_web_role_records_failures_and_evidence(roles: dict[str, str], db: Db) -> None:
+    """email.failed sets the status with its reason, and an email.sent whose tag names
+    a receipt is stored as evidence for it, both as receipts_web."""
+    sent = insert_row(db, "in_1WebFail", status="sent", provider_id="re_fail")
+    waiting = insert_row(db, "in_1WebEvid", status="review", review_reason="attempts_exhausted")
+    events = [
+        DeliveryEvent(svix_id="msg_f", event_type="email.failed", email_id="re_fail",
+                      occurred_at=None, detail="reached_daily_quota"),
+        DeliveryEvent(svix_id="msg_e", event_type="email.sent", email_id="re_unrecorded",
+                      occurred_at=None, message_tag=waiting.replace("/", "_")),
+    ]  # fmt: skip
+    with psycopg.connect(roles["receipts_web"], row_factory=dict_row) as conn, conn.transaction():
+        outcomes = [record_delivery_event(conn, event) for event in events]
+    assert outcomes == ["applied", "evidence"]
+    assert (row(db, sent)["delivery_status"], row(db, sent)["delivery_detail"]) == (
+        "failed",
+        "reached_daily_quota",
+    )
+
+
+def test_worker_role_records_reads_and_lifts_the_sending_pause(
+    roles: dict[str, str], db: Db
+) -> None:
+    """A quota answer's pause is written, read and cleared as receipts_worker."""
+    from receipts.delivery.decisions import QuotaPause
+    from receipts.delivery.sending_pause import clear_pause, current_pause, record_pause
+    from receipts.vocabulary import PauseReason
+
+    with psycopg.connect(roles["receipts_worker"], row_factory=dict_row) as conn:
+        with conn.transaction():
+            quota = QuotaPause(reason=PauseReason.DAILY_QUOTA, seconds=600)
+            recorded = record_pause(conn, "resend", quota, "w-role")
+        with conn.transaction():
+            assert current_pause(conn, "resend") == replace(
+                recorded,
+                seconds_left=current_pause(conn, "resend").seconds_left,  # type: ignore[union-attr]
+            )
+        with conn.transaction():
+            assert clear_pause(conn, "resend") is not None
+    assert db.execute("SELECT count(*) AS n FROM sending_pauses").fetchone() == {"n": 0}
 
 
 def test_worker_role_claims_and_records_but_cannot_create_or_delete(

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from receipts.delivery.pacing import PROVIDER_RATE_MARGIN, RateLimiter
+from receipts.delivery.pacing import RATE_MARGIN, RateLimiter
 from receipts.delivery.rows_in_hand import ClaimSizing, RowsInHand, claim_sizing
 
 FAR = float("inf")
@@ -77,15 +77,16 @@ def test_a_hold_can_be_lifted_before_it_ends() -> None:
 
 
 def test_the_provider_limit_slows_the_pace_with_a_margin_but_never_speeds_it_up() -> None:
-    """Configured at 5/s: a provider saying 2/s spaces sends 1.05/2 s apart; one
-    saying 10/s leaves the configured 0.2 s; with no cap (0) the provider's limit
-    is left to its 429s."""
+    """Configured at 5/s (1.05/5 s apart): a provider saying 2/s spaces sends 1.05/2 s
+    apart; one saying 10/s leaves the configured spacing; with no cap (0) the
+    provider's limit is left to its 429s."""
     limiter = RateLimiter(5.0)
+    assert limiter.interval == pytest.approx((1 + RATE_MARGIN) / 5.0)
     limiter.follow_provider_rate(2.0)
-    assert limiter.interval == pytest.approx((1 + PROVIDER_RATE_MARGIN) / 2.0)
+    assert limiter.interval == pytest.approx((1 + RATE_MARGIN) / 2.0)
     capped = RateLimiter(5.0)
     capped.follow_provider_rate(10.0)
-    assert capped.interval == pytest.approx(0.2)
+    assert capped.interval == pytest.approx(0.21)
     uncapped = RateLimiter(0.0)
     uncapped.follow_provider_rate(2.0)
     assert uncapped.interval == 0.0
@@ -113,8 +114,8 @@ def test_halt_ends_the_wait_for_a_slot() -> None:
 
 
 def test_sendable_within_counts_the_sends_a_lease_has_room_for() -> None:
-    """At 2 sends/s, 10 s hold 20 sends; never fewer than one."""
-    assert RateLimiter(2.0).sendable_within(10.0) == 20
+    """At 2 sends/s (spaced 1.05/2 s apart), 10.5 s hold 20 sends; never fewer than one."""
+    assert RateLimiter(2.0).sendable_within(10.5) == 20
     assert RateLimiter(0.01).sendable_within(10.0) == 1
 
 

@@ -1,29 +1,19 @@
 """What one provider answer does to the row, the pace and the run: the whole table.
 
 :func:`decide` takes the provider's answer (the facts read by
-``receipts.delivery.providers.classify_response``), the attempt number the
+``receipts.delivery.answers.classify_response``), the attempt number the
 claim made, the settings and the time, and returns a :class:`Decision`: the
 row's next state and the attempt's outcome (written by ``delivery.sql:
 record_attempts``), how long every send of this worker must pause, the
 sending pause a quota answer asks for, and whether the run must stop. It
 reads no clock (``now`` is given), touches no database and sets nothing on
-the worker. docs/architecture.md, "What each provider answer does", is the
-table; :data:`RESEND_ERRORS` holds every error name Resend documents
-(https://resend.com/docs/api-reference/errors), and :func:`reaction_to`
-says what an answer is:
-
-* ``sent``: 2xx with an id;
-* ``retry`` (timeout, connection error, 2xx without id, 408, 5xx, 409 key
-  in progress): ``pending`` after :func:`retry_delay`, attempt counted;
-* ``rate_limited`` (429): ``pending`` once the provider's wait is over,
-  attempt refunded (a rate limit is not the message's fault), every send of
-  the worker paused for that wait;
-* ``quota`` (429 daily/monthly quota): ``pending``, attempt refunded, and
-  sending pauses until the quota resets (:class:`QuotaPause`);
-* ``review`` (a 4xx about this message): ``review`` with the error name;
-* ``configuration`` (401/403, 3xx/404/405, 422 ``invalid_from_address``, the
-  400 that says the API key is invalid): ``pending`` at once, attempt
-  refunded, and the run stops with exit code 2 naming what to fix.
+the worker. :data:`RESEND_ERRORS` holds every error name Resend documents
+(https://resend.com/docs/api-reference/errors); :func:`reaction_to` says
+what any answer is: ``sent``, ``retry`` (attempt counted), ``rate_limited``
+or ``quota`` (attempt refunded: not the message's fault), ``review`` (a 4xx
+about this message), or ``configuration`` (refunded, and the run stops with
+exit code 2 naming what to fix). docs/architecture.md, "What each provider
+answer does", is the table in words.
 
 Every wait the provider asks for (``Retry-After``, ``ratelimit-reset``) is
 capped: at ``RECEIPTS_RETRY_MAX_SECONDS`` (1 h) for a rate limit, at
@@ -33,14 +23,14 @@ what was asked, so the worker can log the cut.
 
 from __future__ import annotations
 
-import math
 import random
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 
 from receipts.config import Settings
-from receipts.delivery.providers import KEY_IN_PROGRESS, ProviderAnswer
+from receipts.delivery.answers import KEY_IN_PROGRESS, ProviderAnswer
+from receipts.delivery.pacing import retry_delay
 from receipts.delivery.summary import ExitCode
 from receipts.vocabulary import AttemptOutcome, PauseReason, ReviewReason, RowStatus
 
@@ -305,23 +295,3 @@ def _stop(answer: ProviderAnswer, rule: Rule) -> RunStop | None:
         ),
         exit_code=ExitCode.CONFIGURATION,
     )
-
-
-def retry_delay(
-    attempt: int,
-    *,
-    base: float,
-    cap: float,
-    retry_after: float | None = None,
-    rng: random.Random | None = None,
-) -> float:
-    """Seconds until the next try: doubling per attempt, half jitter, Retry-After honoured.
-
-    ``base`` doubles with each attempt up to ``cap``; half of that is fixed
-    and half random, and the result is never below ``retry_after`` nor
-    above ``cap``.
-    """
-    exponential = min(cap, base * 2.0 ** max(0, attempt - 1))
-    jittered = exponential / 2.0 + (rng or random).uniform(0.0, exponential / 2.0)
-    wait = retry_after if retry_after is not None and not math.isnan(retry_after) else 0.0
-    return min(cap, max(jittered, wait))

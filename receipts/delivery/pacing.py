@@ -1,4 +1,4 @@
-"""The pace of one worker's sends, shared by all its sender threads.
+"""The pace of one worker's sends, shared by all its sender threads, and of a row's retries.
 
 Every sender thread asks :class:`RateLimiter` for a slot before its request.
 Slots are spaced evenly, a little wider than the rate
@@ -10,12 +10,15 @@ on: a 429, or a rate-limit window of more than a second that the provider
 says is used up (``ratelimit-remaining: 0`` until ``ratelimit-reset``), pauses
 every send of the worker (``receipts.delivery.decisions`` says how long, capped
 at ``RECEIPTS_RETRY_MAX_SECONDS``). A *hold* is a pause that can be lifted
-early: the quota pause, which an operator may clear. docs/architecture.md,
-"Retry delay and rate limits", describes the whole.
+early: the quota pause, which an operator may clear. :func:`retry_delay` is
+how long a row waits before its next attempt. docs/architecture.md, "Retry
+delay and rate limits", describes the whole.
 """
 
 from __future__ import annotations
 
+import math
+import random
 import threading
 import time
 
@@ -105,3 +108,23 @@ class RateLimiter:
         if self._configured_interval == 0.0:
             return None
         return max(1, int(seconds / max(self._configured_interval, self.interval)))
+
+
+def retry_delay(
+    attempt: int,
+    *,
+    base: float,
+    cap: float,
+    retry_after: float | None = None,
+    rng: random.Random | None = None,
+) -> float:
+    """Seconds until the next try: doubling per attempt, half jitter, Retry-After honoured.
+
+    ``base`` doubles with each attempt up to ``cap``; half of that is fixed
+    and half random, and the result is never below ``retry_after`` nor
+    above ``cap``.
+    """
+    exponential = min(cap, base * 2.0 ** max(0, attempt - 1))
+    jittered = exponential / 2.0 + (rng or random).uniform(0.0, exponential / 2.0)
+    wait = retry_after if retry_after is not None and not math.isnan(retry_after) else 0.0
+    return min(cap, max(jittered, wait))

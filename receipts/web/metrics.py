@@ -263,23 +263,24 @@ def _sending_metrics(status: Status) -> list[Metric]:
         ),
     ]
     if status.sending_pauses:
+        left = max(pause["seconds_left"] for pause in status.sending_pauses)
         found.append(
             _gauge(
                 "receipts_sending_pause_remaining_seconds",
-                "Time left before the sending pause ends (absent when not paused).",
-                max(pause["seconds_left"] for pause in status.sending_pauses),
+                "Time left before the sending pause ends (absent when none).",
+                left,
             )
         )
     if status.provider_failing is not None:
-        since = status.provider_failing["since"]
+        failing = max(0.0, time.time() - status.provider_failing["since"].timestamp())
         found.append(
             _gauge(
                 "receipts_provider_failing_seconds",
-                "How long the provider has been failing (absent when it is not).",
-                max(0.0, time.time() - since.timestamp()),
+                "How long the provider has been failing (absent when not).",
+                failing,
             )
         )
-    return found
+    return found  # fmt: skip
 
 
 def _provider_metrics(activity: ProviderActivity) -> list[Metric]:

@@ -69,7 +69,7 @@ SELECT message_key, NULL, attempts, NULL, NULL, review_reason
   FROM skipped
 
 -- name: record_attempts
--- Writes each answer of a batch to its row only while that row is still processing under the claim's lease token; every attempt row is finished, as lease_lost where the lease was taken over (the row untouched); held says which.
+-- Writes each answer of a batch to its row only while that row is still processing under the claim's lease token (a refunded attempt restarts the retry clock when no attempt of the row can have reached the provider); every attempt row is finished, as lease_lost where the lease was taken over (the row untouched); held says which.
 WITH answer AS (
     SELECT * FROM unnest(
         %(keys)s::text[], %(tokens)s::uuid[], %(attempt_ids)s::bigint[],
@@ -89,6 +89,17 @@ WITH answer AS (
                                THEN now() + make_interval(secs => a.delay)
                                ELSE o.available_at END,
            attempts = o.attempts - a.refund,
+           -- The retry cutoff guards against a send the provider may have
+           -- accepted; a refunded attempt (released, or refused for now: rate
+           -- limit, quota, configuration) cannot have been, so when no other
+           -- attempt can have been either, the clock starts again at the next
+           -- claim: a day-long quota pause does not push the row to review.
+           first_attempt_at = CASE
+               WHEN a.refund = 1 AND NOT EXISTS (
+                   SELECT 1 FROM email_attempts AS p
+                    WHERE p.message_key = o.message_key AND p.id <> a.attempt_id
+                      AND (p.outcome IS NULL OR p.outcome IN ('sent', 'retry', 'lease_lost')))
+               THEN NULL ELSE o.first_attempt_at END,
            last_error = coalesce(a.last_error, o.last_error),
            lease_token = NULL, locked_until = NULL, updated_at = now()
       FROM answer AS a

@@ -71,7 +71,8 @@ def work(settings: Settings, **options: Any) -> WorkerSummary:
 
 def outbox(db: DB) -> list[Row]:
     return db.execute(
-        "SELECT message_key, status, attempts, review_reason FROM email_outbox ORDER BY 1"
+        "SELECT message_key, status, attempts, review_reason, first_attempt_at"
+        " FROM email_outbox ORDER BY 1"
     ).fetchall()
 
 
@@ -142,6 +143,8 @@ def test_each_answer_does_what_the_table_says_to_the_row_and_the_run(
         quota = "monthly quota" if "monthly" in script["name"] else "daily quota"
         assert summary.error.startswith(f"sending paused: {quota} until ")
         assert statuses == ["pending"] * 3 and [row["attempts"] for row in rows] == [0, 0, 0]
+        # Nothing can have reached the provider: the retry clock has not started.
+        assert [row["first_attempt_at"] for row in rows] == [None] * 3
         assert pauses(db) == [{"provider": "resend", "reason": script["name"]}]
         assert fake.stats()["requests"] == 1
     else:
@@ -221,6 +224,32 @@ def test_a_loop_worker_waits_out_a_pause_another_worker_recorded_and_resumes_whe
         loop.join(timeout=10)
     assert result and result[0].final_exit_code() == ExitCode.OK and result[0].sent == 5
     assert db.execute("SELECT sum(attempts) AS n FROM email_outbox").fetchone() == {"n": 5}
+
+
+def test_a_long_pause_does_not_push_a_receipt_past_its_retry_cutoff(
+    db: DB, fake: FakeProviderClient, worker_settings: Settings
+) -> None:
+    """A quota answer refunds the attempt and, since nothing of the row can have
+    reached the provider, restarts its retry clock: after a day-long pause the row
+    is sent, not sent to review as retry_window_elapsed. A row with an earlier
+    counted retry (a retry may have been accepted) keeps its clock, as the cutoff
+    requires."""
+    [retried] = insert_pending(db, 1, prefix="in_1Retried")
+    fake.script({"status": 500})  # attempt 1 counted, logged retry
+    work(worker_settings)
+    [fresh] = insert_pending(db, 1, prefix="in_1Fresh")
+    db.execute("UPDATE email_outbox SET available_at = now()")
+    fake.configure(daily_quota=0)
+    assert work(worker_settings).final_exit_code() == ExitCode.SENDING_PAUSED
+    clocks = {row["message_key"]: row["first_attempt_at"] for row in outbox(db)}
+    assert clocks[fresh] is None and clocks[retried] is not None
+    # A day later the quota has reset: the untouched clock sends, the other reviews.
+    db.execute("DELETE FROM sending_pauses")
+    db.execute("UPDATE email_outbox SET first_attempt_at = first_attempt_at - interval '1 day'")
+    fake.configure(daily_quota=None)
+    work(worker_settings)
+    states = {row["message_key"]: (row["status"], row["review_reason"]) for row in outbox(db)}
+    assert states == {fresh: ("sent", None), retried: ("review", "retry_window_elapsed")}
 
 
 # --- caps, pace and failure -------------------------------------------------------

@@ -96,9 +96,10 @@ def needs_person(status: Status, max_pending_age: float) -> list[str]:
         problems.append(f"{status.open_review} receipt(s) in review: see `receipts review list`")
     oldest = status.oldest_pending_age_seconds
     if oldest is not None and oldest > max_pending_age:
+        why = "sending is paused" if status.sending_pauses else "is a worker running?"
         problems.append(
             f"the oldest ready pending receipt has waited {duration(oldest)} "
-            f"(limit {duration(max_pending_age)}): is a worker running?"
+            f"(limit {duration(max_pending_age)}): {why}"
         )
     return problems
 
@@ -145,7 +146,7 @@ def _sending_lines(status: Status) -> list[str]:
             f"provider        failing since {iso(failing['since'])}: {failing['failures']} "
             f"retries in a row, the latest {iso(failing['latest'])}"
         )
-    return lines or ["sending         not paused; the provider's recent answers are fine"]
+    return lines or ["sending         not paused; the provider is not failing"]
 
 
 def render(

@@ -277,6 +277,9 @@ def test_a_sending_pause_needs_a_person_and_says_until_when(
     out = capsys.readouterr().out
     assert "NEEDS A PERSON: sending paused: daily quota until " in out
     assert "receipts worker --resume" in out
+    insert_row(db, "in_1Waiting", available_ago=timedelta(hours=1))
+    code, document = status_json(environ, capsys)
+    assert document["needs_person"][-1].endswith("(limit 15m 00s): sending is paused")
 
 
 def test_an_expired_pause_is_not_reported(environ: dict[str, str], db: Db, capsys: Any) -> None:

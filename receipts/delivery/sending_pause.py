@@ -17,6 +17,8 @@ pause", describes the whole.
 from __future__ import annotations
 
 import logging
+import math
+import threading
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -134,34 +136,49 @@ class PauseGate:
         self._recheck_seconds = recheck_seconds
         self._current: SendingPause | None = None
         self._checked_at = float("-inf")
+        # The dispatcher reads, sender threads record: one at a time, so a read
+        # that saw no pause never lifts the hold a quota answer has just set.
+        self._lock = threading.Lock()
 
     def current(self) -> SendingPause | None:
         """The pause in force, from the database when the last look is old enough."""
-        if time.monotonic() - self._checked_at >= self._recheck_seconds:
+        with self._lock:
+            if time.monotonic() - self._checked_at < self._recheck_seconds:
+                return self._current
             self._checked_at = time.monotonic()
             try:
                 with self._database.transaction() as conn:
                     found = current_pause(conn, self._provider)
             except (DatabaseUnavailable, psycopg.Error) as exc:
-                log_fields(log, "could not read the sending pause", logging.WARNING,
-                           error=describe_error(exc))  # fmt: skip
+                log_fields(
+                    log,
+                    "could not read the sending pause",
+                    logging.WARNING,
+                    error=describe_error(exc),
+                )
                 return self._current
             self._adopt(found)
-        return self._current
+            return self._current
 
     def record(self, quota: QuotaPause) -> SendingPause | None:
         """A quota answer: pause every worker (here at once, elsewhere at their next look)."""
         self._limiter.hold(quota.seconds)
-        try:
-            with self._database.transaction() as conn:
-                pause = record_pause(conn, self._provider, quota, self._worker_id)
-        except (DatabaseUnavailable, psycopg.Error) as exc:
-            log_fields(log, "could not record the sending pause; only this worker pauses",
-                       logging.ERROR, reason=quota.reason, error=describe_error(exc))  # fmt: skip
-            return None
-        self._checked_at = time.monotonic()
-        self._adopt(pause, asked=quota.asked)
-        return pause
+        with self._lock:
+            try:
+                with self._database.transaction() as conn:
+                    pause = record_pause(conn, self._provider, quota, self._worker_id)
+            except (DatabaseUnavailable, psycopg.Error) as exc:
+                log_fields(
+                    log,
+                    "could not record the sending pause; only this worker pauses",
+                    logging.ERROR,
+                    reason=quota.reason,
+                    error=describe_error(exc),
+                )
+                return None
+            self._checked_at = time.monotonic()
+            self._adopt(pause, asked=quota.asked)
+            return pause
 
     def _adopt(self, pause: SendingPause | None, *, asked: float | None = None) -> None:
         before, self._current = self._current, pause
@@ -179,6 +196,11 @@ class PauseGate:
                 logging.WARNING,
                 provider=self._provider,
                 reason=pause.reason,
-                asked_seconds=None if asked is None else round(asked),
+                asked_seconds=None if asked is None else _whole(asked),
                 recorded_by=pause.worker_id,
             )
+
+
+def _whole(seconds: float) -> int | str:
+    """Seconds for a log line; ``inf`` (a provider asking forever) as the word."""
+    return round(seconds) if math.isfinite(seconds) else "inf"

@@ -191,6 +191,23 @@ def test_a_quota_answer_pauses_every_later_run_until_the_quota_resets(
     assert (third.sent, third.final_exit_code()) == (3, ExitCode.OK)
 
 
+@pytest.mark.parametrize("retry_after", ["inf", "604800"])
+def test_a_quota_asking_for_ever_pauses_for_a_day_at_most(
+    db: DB, fake: FakeProviderClient, worker_settings: Settings, retry_after: str
+) -> None:
+    """Retry-After: inf (or a week) on a quota answer: the pause recorded for every
+    worker is the one-day bound, and the run still stops with exit 4."""
+    insert_pending(db, 2)
+    fake.script({"status": 429, "name": "daily_quota_exceeded",
+                 "headers": {"Retry-After": retry_after}})  # fmt: skip
+    summary = work(worker_settings)
+    assert summary.final_exit_code() == ExitCode.SENDING_PAUSED and summary.unrecorded == 0
+    left = db.execute(
+        "SELECT extract(epoch FROM paused_until - now()) AS s FROM sending_pauses"
+    ).fetchone()
+    assert left is not None and 24 * 3600 - 60 < left["s"] <= 24 * 3600
+
+
 def test_a_loop_worker_waits_out_a_pause_another_worker_recorded_and_resumes_when_cleared(
     db: DB, fake: FakeProviderClient, worker_settings: Settings, database_url: str
 ) -> None:

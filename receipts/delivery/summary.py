@@ -52,10 +52,11 @@ class WorkerSummary:
         with self._lock:
             setattr(self, counter, getattr(self, counter) + amount)
 
-    def stop(self, error: str, exit_code: int) -> None:
-        """Record why the run stopped; a configuration error is never overwritten."""
+    def stop(self, error: str, exit_code: int, *, unless_stopped: bool = False) -> None:
+        """Record why the run stopped; a configuration error is never overwritten,
+        and with ``unless_stopped`` no reason already given is."""
         with self._lock:
-            if self.exit_code == ExitCode.CONFIGURATION:
+            if self.exit_code == ExitCode.CONFIGURATION or (unless_stopped and self.error):
                 return
             self.error = error
             self.exit_code = exit_code

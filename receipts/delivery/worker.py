@@ -251,7 +251,8 @@ class _Dispatcher:
         if pause is None:
             return False
         if not self.loop:
-            self.summary.stop(pause.line(), ExitCode.SENDING_PAUSED)
+            # A sender that got the quota answer says more (the HTTP answer): keep it.
+            self.summary.stop(pause.line(), ExitCode.SENDING_PAUSED, unless_stopped=True)
             return True
         self.stop_event.wait(min(self.poll_seconds, max(0.05, pause.seconds_left)))
         return True

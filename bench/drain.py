@@ -122,6 +122,7 @@ def drain_once(
             "DATABASE_URL": url,
             "RESEND_API_KEY": API_KEY,
             "RESEND_API_URL": provider_url,
+            "RECEIPTS_SEND_RATE": "0",  # the worker's own ceiling, not Resend's
             "LOG_FORMAT": "json",
         }
         return run_measured([sys.executable, *command], env)

@@ -7,6 +7,7 @@ message is one line naming the variable; the entry points print it and exit.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +21,9 @@ from receipts.addresses import AddressError, formatted_mailbox
 PROVIDER_KEY_RETENTION_HOURS = 24.0
 
 _STRIPE_KEY_PREFIXES = ("rk_live_", "rk_test_", "sk_live_", "sk_test_")
+# Resend's keys: "re_" and letters, digits, "_" (e.g. re_123456789); any other
+# printable ASCII character but quotes and the backslash is let through.
+_RESEND_KEY = re.compile(r"re_[!#-&(-\[\]-~]{1,500}")
 
 
 class ConfigError(Exception):
@@ -43,7 +47,9 @@ class Settings:
     resend_webhook_secret: str | None = None
     stripe_api_key: str | None = None
     stripe_api_base: str = "https://api.stripe.com"
-    send_rate: float = 0.0
+    # Provider requests per second per worker process; None: the provider's
+    # documented default (Resend: 5/s per team), 0: no cap.
+    send_rate: float | None = None
     provider_timeout: float = 10.0
     provider_connect_timeout: float = 5.0
     send_zero_value: bool = False
@@ -107,12 +113,12 @@ def load_settings(environ: Mapping[str, str], *, required: Iterable[str] = ()) -
         stripe_webhook_secrets=reader.secrets("STRIPE_WEBHOOK_SECRET", prefix="whsec_"),
         email_from=reader.address("EMAIL_FROM"),
         reply_to=reader.address("RECEIPTS_REPLY_TO"),
-        resend_api_key=reader.text("RESEND_API_KEY"),
+        resend_api_key=reader.resend_key("RESEND_API_KEY"),
         resend_api_url=reader.http_url("RESEND_API_URL", "https://api.resend.com"),
         resend_webhook_secret=reader.text("RESEND_WEBHOOK_SECRET"),
         stripe_api_key=reader.stripe_key("STRIPE_API_KEY"),
         stripe_api_base=reader.http_url("STRIPE_API_BASE", "https://api.stripe.com"),
-        send_rate=reader.number("RECEIPTS_SEND_RATE", 0.0, minimum=0.0),
+        send_rate=reader.optional_number("RECEIPTS_SEND_RATE", minimum=0.0),
         provider_timeout=reader.number(
             "RECEIPTS_PROVIDER_TIMEOUT", 10.0, minimum=0.1, maximum=10.0
         ),
@@ -214,6 +220,21 @@ class _Reader:
             raise ConfigError(name, "must be a restricted (rk_…) or secret (sk_…) Stripe key")
         return value
 
+    def resend_key(self, name: str) -> str | None:
+        """A Resend API key looks like ``re_…`` in printable ASCII: anything else
+        (a pasted quote, a non-Latin-1 character) would fail every send, so it
+        stops the process here. The key itself is never printed."""
+        value = self.text(name)
+        if value is None:
+            return None
+        if not _RESEND_KEY.fullmatch(value):
+            raise ConfigError(
+                name,
+                "must be a Resend API key: re_ followed by printable ASCII characters "
+                "(no spaces or quotes)",
+            )
+        return value
+
     def address(self, name: str) -> str | None:
         """One mailbox, as a header writes it; the error says why it is not one."""
         value = self.text(name)
@@ -253,6 +274,12 @@ class _Reader:
         if maximum is not None and value > maximum:
             raise ConfigError(name, f"must be at most {maximum:g}, got {raw}")
         return value
+
+    def optional_number(self, name: str, *, minimum: float) -> float | None:
+        """A number, or None when unset (the caller's default then applies)."""
+        if self.text(name) is None:
+            return None
+        return self.number(name, 0.0, minimum=minimum)
 
     def retry_cutoff(self, name: str, default: float) -> float:
         hours = self.number(name, default, minimum=0.01)

@@ -38,6 +38,9 @@ class AttemptOutcome(StrEnum):
     RELEASED = "released"
     SKIPPED_CUTOFF = "skipped_cutoff"
     SKIPPED_BUDGET = "skipped_budget"
+    # The provider refused for now, not because of the message: attempt refunded.
+    RATE_LIMITED = "rate_limited"
+    QUOTA_EXCEEDED = "quota_exceeded"
 
 
 # Outcomes written when no request reached the provider.
@@ -82,12 +85,16 @@ class DeliveryStatus(StrEnum):
     """``email_outbox.delivery_status``, set by the provider's delivery webhooks.
 
     A status only ever moves to one of higher :attr:`rank`: a late
-    ``delivered`` never hides a ``bounced`` that arrived first.
+    ``delivered`` never hides a ``bounced`` that arrived first. ``bounced``,
+    ``suppressed`` and ``failed`` mean the customer got nothing
+    (:data:`NOT_DELIVERED`); ``complained`` comes after a delivery.
     """
 
     DELAYED = "delayed"
     DELIVERED = "delivered"
     BOUNCED = "bounced"
+    SUPPRESSED = "suppressed"
+    FAILED = "failed"
     COMPLAINED = "complained"
 
     @property
@@ -99,5 +106,32 @@ _DELIVERY_RANK = {
     DeliveryStatus.DELAYED: 1,
     DeliveryStatus.DELIVERED: 2,
     DeliveryStatus.BOUNCED: 3,
-    DeliveryStatus.COMPLAINED: 4,
+    DeliveryStatus.SUPPRESSED: 4,
+    DeliveryStatus.FAILED: 5,
+    DeliveryStatus.COMPLAINED: 6,
 }
+
+# Sent receipts the customer never got: the provider bounced, suppressed or failed them.
+NOT_DELIVERED = (DeliveryStatus.BOUNCED, DeliveryStatus.SUPPRESSED, DeliveryStatus.FAILED)
+
+
+class DeliveryEventOutcome(StrEnum):
+    """``resend_events.outcome``: what one stored delivery event did.
+
+    ``evidence``: the event is about an email id no receipt recorded, and its
+    ``message_key`` tag names a receipt: the provider accepted a send of that
+    receipt which the worker never recorded (``receipts review`` offers it).
+    """
+
+    APPLIED = "applied"
+    STALE = "stale"
+    EVIDENCE = "evidence"
+    UNKNOWN_EMAIL = "unknown_email"
+    IGNORED = "ignored"
+
+
+class PauseReason(StrEnum):
+    """``sending_pauses.reason``: why no worker sends until ``paused_until``."""
+
+    DAILY_QUOTA = "daily_quota_exceeded"
+    MONTHLY_QUOTA = "monthly_quota_exceeded"

@@ -4,7 +4,7 @@ Use it in-thread (``with running_fake_provider() as fake: fake.url``) or as a
 process of its own::
 
     python -m tests.fake_provider --port 8025 [--latency 0.05] [--api-key KEY]
-                                  [--no-idempotency]
+                                  [--no-idempotency] [--rate-limit 5] [--daily-quota N]
 
 It prints ``listening on http://127.0.0.1:PORT`` once ready (``--port 0``
 picks a free port) and runs until SIGTERM/SIGINT.
@@ -21,11 +21,28 @@ Rules it keeps, like Resend:
   answers are remembered: after a scripted error the key is free again.
 * A body that is not a JSON object with ``from``, ``to`` and ``subject``
   answers 422 ``validation_error``.
+* Every error is Resend's body ``{"statusCode", "name", "message"}``, with
+  the message Resend's error page gives for that name (:data:`MESSAGES`), so
+  any documented error can be scripted by name alone.
+* With a rate limit (``rate_limit`` requests per ``rate_window`` seconds, a
+  sliding window: no ``rate_window`` seconds ever hold more), every answer
+  to ``POST /emails`` carries ``ratelimit-limit``, ``ratelimit-remaining``
+  and ``ratelimit-reset`` (whole seconds, as the IETF draft Resend follows
+  says), and a request over the limit answers 429 ``rate_limit_exceeded``
+  with ``Retry-After``.
+* With a daily or monthly quota, a new email past it answers 429
+  ``daily_quota_exceeded`` / ``monthly_quota_exceeded`` (``Retry-After``
+  only when ``quota_retry_after`` is set, since Resend documents none), and
+  every answer carries ``x-resend-daily-quota`` / ``x-resend-monthly-quota``
+  (emails used). The day is the UTC day of the fake's clock.
+* ``GET /emails`` answers 405 ``method_not_allowed``; any other path 404
+  ``not_found``, as Resend does for a wrong ``RESEND_API_URL``.
 
 Control API (JSON in, JSON out):
 
 * ``GET /_stats``: ``requests``, ``deliveries``, ``replays``,
-  ``requests_by_key``, ``deliveries_by_key``, ``in_flight``, ``max_in_flight``.
+  ``requests_by_key``, ``deliveries_by_key``, ``in_flight``, ``max_in_flight``,
+  ``rate_limited`` (429s for the rate) and ``quota_refused`` (429s for a quota).
 * ``GET /_deliveries``: every delivery ``{"id", "key", "body"}`` in order.
 * ``GET /_arrivals``: when each ``POST /emails`` arrived, in arrival order, as
   seconds on the server's monotonic clock (compare them with each other only).
@@ -36,8 +53,11 @@ Control API (JSON in, JSON out):
   before answering, nothing delivered meanwhile), ``hold`` (seconds to wait
   *after* accepting and delivering, before answering: the answer arrives
   late, or never if the client died), ``no_id`` (a 2xx without an id; nothing
-  delivered), ``key`` (use this answer only for that Idempotency-Key).
-* ``POST /_config``: ``{"latency": s, "idempotency": bool, "api_key": str|null}``.
+  delivered), ``key`` (use this answer only for that Idempotency-Key),
+  ``message`` (the error body's message instead of Resend's for the name).
+* ``POST /_config``: ``{"latency": s, "idempotency": bool, "api_key": str|null,
+  "rate_limit": n|null, "rate_window": s, "daily_quota": n|null,
+  "monthly_quota": n|null, "quota_retry_after": s|null}``.
 
 Domains (``receipts doctor``), a separate block below:
 
@@ -55,8 +75,10 @@ Domains (``receipts doctor``), a separate block below:
 from __future__ import annotations
 
 import argparse
+import collections
 import hashlib
 import json
+import math
 import signal
 import sys
 import threading
@@ -72,6 +94,39 @@ from typing import Any
 import requests
 
 KEY_RETENTION_SECONDS = 24 * 3600.0
+
+# The message Resend's error page gives for each error name
+# (https://resend.com/docs/api-reference/errors).
+MESSAGES = {
+    "invalid_idempotency_key": "The key must be between 1-256 chars.",
+    "validation_error": "We found an error with one or more fields in the request.",
+    "missing_api_key": "Missing API key in the authorization header.",
+    "restricted_api_key": "This API key is restricted to only send emails.",
+    "invalid_api_key": "API key is invalid.",
+    "not_found": "The requested endpoint does not exist.",
+    "method_not_allowed": "Method is not allowed for the requested path.",
+    "invalid_idempotent_request": "Same idempotency key used with a different request payload.",
+    "concurrent_idempotent_requests": (
+        "Same idempotency key used while original request is still in progress."
+    ),
+    "invalid_attachment": "Attachment must have either a `content` or `path`.",
+    "invalid_from_address": "Invalid `from` field.",
+    "invalid_access": 'Access must be "full_access" | "sending_access".',
+    "invalid_parameter": "The `parameter` must be a valid UUID.",
+    "invalid_region": 'Region must be "us-east-1" | "eu-west-1" | "sa-east-1".',
+    "missing_required_field": "The request body is missing one or more required fields.",
+    "monthly_quota_exceeded": "You have reached your monthly email quota.",
+    "daily_quota_exceeded": "You have reached your daily email quota.",
+    "rate_limit_exceeded": (
+        "Too many requests. Please limit the number of requests per second. "
+        "Or contact support to increase rate limit."
+    ),
+    "security_error": "We may have found a security issue with the request.",
+    "application_error": "An unexpected error occurred.",
+    "internal_server_error": "An unexpected error occurred.",
+}
+
+Reply = tuple[int, dict[str, str], bytes]
 
 
 @dataclass
@@ -92,6 +147,80 @@ class _Answer:
     hold: float = 0.0
     no_id: bool = False
     key: str | None = None
+    message: str | None = None
+
+
+class _Limits:
+    """The rate limit and the quotas; every method is called with the fake's lock held."""
+
+    def __init__(self) -> None:
+        self.rate_limit: int | None = None
+        self.rate_window = 1.0
+        self.daily_quota: int | None = None
+        self.monthly_quota: int | None = None
+        self.quota_retry_after: float | None = None
+        self._admitted: collections.deque[float] = collections.deque()
+        self._emails: list[float] = []  # when each new email was accepted (the fake's clock)
+
+    def configure(self, settings: dict[str, Any]) -> None:
+        for name in ("rate_limit", "daily_quota", "monthly_quota"):
+            if name in settings:
+                setattr(self, name, None if settings[name] is None else int(settings[name]))
+        if "rate_window" in settings:
+            self.rate_window = float(settings["rate_window"])
+        if "quota_retry_after" in settings:
+            value = settings["quota_retry_after"]
+            self.quota_retry_after = None if value is None else float(value)
+
+    def settings(self) -> dict[str, Any]:
+        names = ("rate_limit", "rate_window", "daily_quota", "monthly_quota", "quota_retry_after")
+        return {name: getattr(self, name) for name in names}
+
+    def admit(self) -> tuple[bool, dict[str, str]]:
+        """Count one request against the sliding window: (admitted, ratelimit headers)."""
+        if self.rate_limit is None:
+            return True, {}
+        now = time.monotonic()
+        while self._admitted and self._admitted[0] <= now - self.rate_window:
+            self._admitted.popleft()
+        admitted = len(self._admitted) < self.rate_limit
+        if admitted:
+            self._admitted.append(now)
+        # Seconds until the oldest request in the window leaves it: a slot frees.
+        frees_in = self._admitted[0] + self.rate_window - now if self._admitted else 0.0
+        headers = {
+            "ratelimit-limit": str(self.rate_limit),
+            "ratelimit-remaining": str(self.rate_limit - len(self._admitted)),
+            "ratelimit-reset": str(max(1, math.ceil(frees_in))),
+        }
+        if not admitted:
+            headers["Retry-After"] = headers["ratelimit-reset"]
+        return admitted, headers
+
+    def quota_refusal(self, now: float, in_flight: int) -> str | None:
+        """The quota a new email would exceed, if any (counting those still being answered)."""
+        used_today, used_month = self._used(now)
+        used_today, used_month = used_today + in_flight, used_month + in_flight
+        if self.monthly_quota is not None and used_month >= self.monthly_quota:
+            return "monthly_quota_exceeded"
+        if self.daily_quota is not None and used_today >= self.daily_quota:
+            return "daily_quota_exceeded"
+        return None
+
+    def quota_headers(self, now: float) -> dict[str, str]:
+        if self.daily_quota is None and self.monthly_quota is None:
+            return {}
+        used_today, used_month = self._used(now)
+        return {"x-resend-daily-quota": str(used_today), "x-resend-monthly-quota": str(used_month)}
+
+    def email_accepted(self, now: float) -> None:
+        self._emails.append(now)
+
+    def _used(self, now: float) -> tuple[int, int]:
+        day = time.gmtime(now)[:3]
+        month = day[:2]
+        today = sum(1 for at in self._emails if time.gmtime(at)[:3] == day)
+        return today, sum(1 for at in self._emails if time.gmtime(at)[:2] == month)
 
 
 class FakeResend:
@@ -104,6 +233,7 @@ class FakeResend:
         self.api_key = api_key
         self.idempotency = idempotency
         self._lock = threading.Lock()
+        self.limits = _Limits()
         self._reset_state()
 
     def _reset_state(self) -> None:
@@ -116,10 +246,16 @@ class FakeResend:
         self.replays = 0
         self.in_flight = 0
         self.max_in_flight = 0
+        self.rate_limited = 0
+        self.quota_refused = 0
 
     def reset(self) -> None:
+        """Forget keys, deliveries and counters (the configured limits stay)."""
         with self._lock:
+            settings = self.limits.settings()
             self._reset_state()
+            self.limits = _Limits()
+            self.limits.configure(settings)
 
     def now(self) -> float:
         return time.time() + self._clock_offset
@@ -138,6 +274,7 @@ class FakeResend:
             self.idempotency = bool(settings.get("idempotency", self.idempotency))
             if "api_key" in settings:
                 self.api_key = settings["api_key"]
+            self.limits.configure(settings)
 
     def stats(self) -> dict[str, Any]:
         with self._lock:
@@ -150,11 +287,11 @@ class FakeResend:
                 "deliveries_by_key": dict(delivered),
                 "in_flight": self.in_flight,
                 "max_in_flight": self.max_in_flight,
+                "rate_limited": self.rate_limited,
+                "quota_refused": self.quota_refused,
             }
 
-    def send_email(
-        self, authorization: str | None, key: str | None, body: bytes
-    ) -> tuple[int, dict[str, str], bytes]:
+    def send_email(self, authorization: str | None, key: str | None, body: bytes) -> Reply:
         """Answer one ``POST /emails``: (status, headers, body)."""
         with self._lock:
             self.arrivals.append(time.monotonic())
@@ -163,21 +300,38 @@ class FakeResend:
             return refused
         with self._lock:
             self.requests[key or ""] += 1
+            admitted, rate_headers = self.limits.admit()
+            if not admitted:
+                self.rate_limited += 1
+                return _with(_error(429, "rate_limit_exceeded"), rate_headers)
             known = self._known_key_answer(key, body)
             if known is not None:
-                return known
+                return _with(known, rate_headers)
+            quota = self._quota_refusal(key, rate_headers)
+            if quota is not None:
+                return quota
             answer = self._next_answer(key)
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
         try:
-            return self._answer_new_request(key, body, answer)
+            return _with(self._answer_new_request(key, body, answer), rate_headers)
         finally:
             with self._lock:
                 self.in_flight -= 1
 
-    def _check_credentials(
-        self, authorization: str | None
-    ) -> tuple[int, dict[str, str], bytes] | None:
+    def _quota_refusal(self, key: str | None, rate_headers: dict[str, str]) -> Reply | None:
+        """429 for a new email past a quota (lock held); the key stays free."""
+        name = self.limits.quota_refusal(self.now(), self.in_flight)
+        if name is None:
+            return None
+        self._keys.pop(key or "", None)
+        self.quota_refused += 1
+        headers = {**rate_headers, **self.limits.quota_headers(self.now())}
+        if self.limits.quota_retry_after is not None:
+            headers["Retry-After"] = str(math.ceil(self.limits.quota_retry_after))
+        return _with(_error(429, name), headers)
+
+    def _check_credentials(self, authorization: str | None) -> Reply | None:
         if self.api_key is None:
             return None
         if not authorization:
@@ -186,9 +340,7 @@ class FakeResend:
             return _error(403, "invalid_api_key")
         return None
 
-    def _known_key_answer(
-        self, key: str | None, body: bytes
-    ) -> tuple[int, dict[str, str], bytes] | None:
+    def _known_key_answer(self, key: str | None, body: bytes) -> Reply | None:
         """Replay or refuse a remembered key; else remember this one (lock held)."""
         if not key or not self.idempotency:
             return None
@@ -212,9 +364,7 @@ class FakeResend:
                 return self._answers.pop(position)
         return _Answer()
 
-    def _answer_new_request(
-        self, key: str | None, body: bytes, answer: _Answer
-    ) -> tuple[int, dict[str, str], bytes]:
+    def _answer_new_request(self, key: str | None, body: bytes, answer: _Answer) -> Reply:
         time.sleep(self.latency + answer.delay)
         result = self._outcome(key, body, answer)
         status, headers, content = result
@@ -225,19 +375,21 @@ class FakeResend:
                     entry.in_flight, entry.status, entry.body = False, status, content
                 else:
                     del self._keys[key or ""]
+            headers = {**headers, **self.limits.quota_headers(self.now())}
         return status, {**headers, **answer.headers}, content
 
-    def _outcome(
-        self, key: str | None, body: bytes, answer: _Answer
-    ) -> tuple[int, dict[str, str], bytes]:
+    def _outcome(self, key: str | None, body: bytes, answer: _Answer) -> Reply:
         if not 200 <= answer.status < 300:
-            return _error(answer.status, answer.name or f"http_{answer.status}")
+            if answer.name is None:
+                return answer.status, {}, b""  # a bare status, as a proxy in the way answers
+            return _error(answer.status, answer.name, answer.message)
         if not _is_valid_email(body):
             return _error(422, "validation_error")
         if answer.no_id:
             return answer.status, {}, b"{}"
         email_id = str(uuid.uuid4())
         with self._lock:
+            self.limits.email_accepted(self.now())
             self.deliveries.append(
                 {"id": email_id, "key": key or "", "body": body.decode("utf-8", "replace")}
             )
@@ -255,9 +407,15 @@ def _is_valid_email(body: bytes) -> bool:
     )
 
 
-def _error(status: int, name: str) -> tuple[int, dict[str, str], bytes]:
-    message = {"statusCode": status, "name": name, "message": f"fake provider: {name}"}
-    return status, {}, json.dumps(message).encode()
+def _error(status: int, name: str, message: str | None = None) -> Reply:
+    """Resend's error body, with the documented message for the name unless given."""
+    text = message or MESSAGES.get(name, "An unexpected error occurred.")
+    return status, {}, json.dumps({"statusCode": status, "name": name, "message": text}).encode()
+
+
+def _with(reply: Reply, headers: dict[str, str]) -> Reply:
+    status, own, body = reply
+    return status, {**headers, **own}, body
 
 
 # --- sending domains (GET /domains), for `receipts doctor` -------------------------
@@ -313,6 +471,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._reply(200, {}, json.dumps(arrivals).encode())
         elif self.path == "/domains":
             self._reply(*self.server.domains.answer(fake, self.headers.get("Authorization")))
+        elif self.path == "/emails":
+            self._reply(*_error(405, "method_not_allowed"))
         else:
             self._reply(*_error(404, "not_found"))
 
@@ -434,10 +594,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--latency", type=float, default=0.0, help="seconds per new request")
     parser.add_argument("--api-key", default=None, help="require this bearer token")
     parser.add_argument("--no-idempotency", action="store_true", help="ignore Idempotency-Key")
+    parser.add_argument("--rate-limit", type=int, default=None, help="requests per second")
+    parser.add_argument("--daily-quota", type=int, default=None, help="new emails per UTC day")
     args = parser.parse_args(argv)
     fake = FakeResend(
         latency=args.latency, api_key=args.api_key, idempotency=not args.no_idempotency
     )
+    fake.configure({"rate_limit": args.rate_limit, "daily_quota": args.daily_quota})
     server = _Server(args.port, fake)
     signal.signal(
         signal.SIGTERM, lambda signum, frame: threading.Thread(target=server.shutdown).start()

@@ -122,6 +122,7 @@ def worker_environ(database_url: str, provider: FakeProviderClient, **extra: str
         "RECEIPTS_RETRY_BASE_SECONDS": "0.2",
         "RECEIPTS_RETRY_MAX_SECONDS": "1",
         "RECEIPTS_DATABASE_TIMEOUT": "2",
+        "RECEIPTS_SEND_RATE": "0",  # the faults, not the pace, are under test
         "LOG_FORMAT": "json",
         **extra,
     }

@@ -147,6 +147,21 @@ def _decide(
     return f"{key}: dismissed, no email will be sent"
 
 
+def _evidence_offer(row: dict[str, Any]) -> list[str]:
+    """Resend reported sending it: offer to resolve it with the email's id."""
+    lines = []
+    for send in row["evidence"]:
+        email_id, accepted_at = send["email_id"], iso(send["accepted_at"])
+        lines += [
+            f"    Resend accepted it at {accepted_at} as email {email_id}; resolve with this id?",
+            f"      receipts review resolve {row['message_key']} --provider-id {email_id} "
+            f"--sent-at {accepted_at} --reason 'Resend reported it sent'",
+        ]
+    if len(row["evidence"]) > 1:
+        lines.append("    ! more than one email carries its tag: check Resend's logs for both")
+    return lines
+
+
 def _print_list(rows: list[dict[str, Any]], *, as_json: bool) -> None:
     if as_json:
         print(json.dumps([_list_entry(row) for row in rows], indent=2, default=str))
@@ -165,6 +180,8 @@ def _print_list(rows: list[dict[str, Any]], *, as_json: bool) -> None:
             print(f"    provider said: {said}")
         elif row["last_error"]:
             print(f"    last error: {row['last_error']}")
+        for line in _evidence_offer(row):
+            print(line)
     print(f"{len(rows)} receipt(s)")
 
 
@@ -219,6 +236,10 @@ def _list_entry(row: dict[str, Any]) -> dict[str, Any]:
         "has_email": row["has_email"],
         "abandoned_attempt": row["abandoned_attempt"],
         "provider_reported_send": row["provider_reported_send"],
+        "evidence": [
+            {"email_id": send["email_id"], "accepted_at": str(send["accepted_at"])}
+            for send in row["evidence"]
+        ],
         "created_at": row["created_at"],
         "updated_at": row["updated_at"],
         "first_attempt_at": row["first_attempt_at"],

@@ -3,9 +3,11 @@
 Exit codes, so the command can run as a platform health check:
 
 * 0: nothing needs a person;
-* 1: a receipt is in ``review`` (dismissed ones excepted), or the oldest ready
+* 1: a receipt is in ``review`` (dismissed ones excepted), the oldest ready
   ``pending`` row has waited longer than ``--max-pending-age`` (default
-  ``RECEIPTS_MAX_PENDING_AGE`` seconds, 15 minutes unless set);
+  ``RECEIPTS_MAX_PENDING_AGE`` seconds, 15 minutes unless set), sending is
+  paused by a quota, the provider is failing (its recent answers are all
+  retries), or Resend failed or suppressed a receipt in the last 24 h;
 * 2: configuration error; 3: database unavailable.
 """
 
@@ -15,9 +17,11 @@ import argparse
 import json
 import re
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from receipts.commands import database_settings
-from receipts.commands.formatting import duration
+from receipts.commands.formatting import duration, iso
+from receipts.delivery.sending_pause import describe_reason, utc
 from receipts.operations.snapshot import read_only_snapshot
 from receipts.operations.status_summary import Status, read_status
 from receipts.operations.stripe_status import read_stripe_status, stripe_lines, stripe_problems
@@ -75,31 +79,74 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
 
 
 def needs_person(status: Status, max_pending_age: float) -> list[str]:
-    problems = []
+    problems = [_pause_line(pause) for pause in status.sending_pauses]
+    failing = status.provider_failing
+    if failing is not None:
+        problems.append(
+            f"provider failing since {iso(failing['since'])}: its last {failing['failures']} "
+            "answers were all retries (timeouts, 5xx, connection errors); see the worker's log"
+        )
+    lost = status.not_delivered_needing_a_person
+    if lost:
+        problems.append(
+            f"{len(lost)} receipt(s) not delivered in the last 24 h (Resend failed or "
+            "suppressed them): see `receipts show KEY` below"
+        )
     if status.open_review:
         problems.append(f"{status.open_review} receipt(s) in review: see `receipts review list`")
     oldest = status.oldest_pending_age_seconds
     if oldest is not None and oldest > max_pending_age:
+        why = "sending is paused" if status.sending_pauses else "is a worker running?"
         problems.append(
             f"the oldest ready pending receipt has waited {duration(oldest)} "
-            f"(limit {duration(max_pending_age)}): is a worker running?"
+            f"(limit {duration(max_pending_age)}): {why}"
         )
     return problems
+
+
+def _pause_line(pause: dict[str, Any]) -> str:
+    """``sending paused: daily quota until 2026-12-01 00:00 UTC (…)``."""
+    return (
+        f"sending paused: {describe_reason(pause['reason'])} until {utc(pause['paused_until'])} "
+        f"(recorded by worker {pause['worker_id']} at {utc(pause['paused_at'])}; "
+        "`receipts worker --resume` once the plan is upgraded)"
+    )
 
 
 def _delivery_problem_lines(status: Status) -> list[str]:
     """Sent receipts that did not arrive: the customer got none, nobody else will say so."""
     problems = status.delivery_problems_24h
     if not problems:
-        return ["not delivered   none bounced or marked as spam in the last 24 h"]
-    lines = [f"not delivered   {len(problems)} in the last 24 h (receipts show KEY):"]
+        return ["not delivered   none failed, suppressed, bounced or marked as spam in 24 h"]
+    counts = ", ".join(
+        f"{kind} {sum(1 for p in problems if p['delivery_status'] == kind)}"
+        for kind in dict.fromkeys(p["delivery_status"] for p in problems)
+    )
+    lines = [f"not delivered   {len(problems)} in the last 24 h: {counts} (receipts show KEY):"]
     lines += [
         f"                {problem['delivery_status']:<10} {problem['message_key']}"
+        + (f"  ({problem['delivery_detail']})" if problem.get("delivery_detail") else "")
         for problem in problems[:20]
     ]
     if len(problems) > 20:
         lines.append(f"                … and {len(problems) - 20} more (--json lists all)")
     return lines
+
+
+def _sending_lines(status: Status) -> list[str]:
+    """Whether the worker can send: a quota pause, a failing provider, or neither."""
+    lines = [
+        f"sending         paused: {describe_reason(pause['reason'])} until "
+        f"{utc(pause['paused_until'])} ({pause['provider']})"
+        for pause in status.sending_pauses
+    ]
+    failing = status.provider_failing
+    if failing is not None:
+        lines.append(
+            f"provider        failing since {iso(failing['since'])}: {failing['failures']} "
+            f"retries in a row, the latest {iso(failing['latest'])}"
+        )
+    return lines or ["sending         not paused; the provider is not failing"]
 
 
 def render(
@@ -130,8 +177,10 @@ def render(
     lines.append(
         f"last 24 h       lease recoveries {status.lease_recoveries_24h}, "
         f"conflicts {status.conflicts_24h}, "
-        f"delivery events for unknown emails {status.unknown_delivery_events_24h}"
+        f"delivery events for unknown emails {status.unknown_delivery_events_24h}, "
+        f"for sends never recorded {status.evidence_delivery_events_24h}"
     )
+    lines += _sending_lines(status)
     lines.append(f"abandoned       {status.abandoned_attempts} attempt(s) not yet recovered")
     lines += _delivery_problem_lines(status)
     lines.append(

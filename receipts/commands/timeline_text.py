@@ -11,8 +11,8 @@ import json
 from typing import Any
 
 from receipts.commands.formatting import iso, money
-from receipts.operations.timeline import Timeline
-from receipts.vocabulary import ReviewReason, RowStatus
+from receipts.operations.timeline import Timeline, unrecorded_sends
+from receipts.vocabulary import NOT_DELIVERED, ReviewReason, RowStatus
 
 
 def render(timeline: Timeline) -> str:
@@ -33,14 +33,17 @@ def render(timeline: Timeline) -> str:
     if row["provider_id"] or row["sent_at"]:
         lines.append(f"  sent          {iso(row['sent_at'])}  provider id {row['provider_id']}")
     if row["delivery_status"]:
+        detail = f" ({row['delivery_detail']})" if row["delivery_detail"] else ""
         lines.append(
-            f"  delivery      {row['delivery_status']} at {iso(row['delivery_status_at'])}"
+            f"  delivery      {row['delivery_status']}{detail} at "
+            f"{iso(row['delivery_status_at'])}{_not_delivered_note(row['delivery_status'])}"
         )
     if not row["recipients"] and row["customer_email"]:
         lines.append(f"  customer      {row['customer_email']} (as the invoice gave it)")
     if row["last_error"]:
         lines.append(f"  last error    {row['last_error']}")
     lines += _decision_hint(timeline)
+    lines += _second_email_hint(timeline)
     lines += _section("stripe events", timeline.events, _event_line)
     lines += _section("attempts", timeline.attempts, _attempt_line)
     lines += _section("operator actions", timeline.actions, _action_line)
@@ -70,17 +73,32 @@ def _decision_hint(timeline: Timeline) -> list[str]:
             "  ! an attempt that may have reached the provider is older than its 24 h "
             "idempotency window: look the key up in the provider's logs before a retry"
         )
-    for email_id in sorted({d["email_id"] for d in _unrecorded_sends(timeline)}):
+    for email_id, accepted_at in unrecorded_sends(timeline.deliveries).items():
         hint.append(
-            f"  ! the provider reported email {email_id} with this receipt's tag: it was sent "
-            f"(`receipts review resolve {row['message_key']} --provider-id {email_id}`)"
+            f"  ! Resend accepted email {email_id} with this receipt's tag at {iso(accepted_at)}: "
+            f"it was sent (`receipts review resolve {row['message_key']} --provider-id "
+            f"{email_id} --sent-at {iso(accepted_at)} --reason …`)"
         )
     return hint
 
 
-def _unrecorded_sends(timeline: Timeline) -> list[dict[str, Any]]:
-    """Delivery events matched by tag only: sends this row never recorded."""
-    return [d for d in timeline.deliveries if d["outcome"] == "unknown_email" and d["email_id"]]
+def _second_email_hint(timeline: Timeline) -> list[str]:
+    """A sent receipt whose tag Resend reported on another email: perhaps a second copy."""
+    row = timeline.row
+    others = set(unrecorded_sends(timeline.deliveries)) - {row["provider_id"]}
+    if row["status"] != RowStatus.SENT or not others:
+        return []
+    return [
+        f"  ! Resend also reported email {email_id} with this receipt's tag: the customer "
+        "may have two copies (look both ids up in Resend's logs)"
+        for email_id in sorted(others)
+    ]
+
+
+def _not_delivered_note(delivery_status: str) -> str:
+    if delivery_status in NOT_DELIVERED:
+        return ": the customer did not get it"
+    return ""
 
 
 def _section(title: str, items: list[dict[str, Any]], line: Any) -> list[str]:
@@ -131,6 +149,8 @@ def _delivery_line(delivery: dict[str, Any]) -> str:
         f"{iso(delivery['occurred_at'] or delivery['received_at'])} {delivery['event_type']} "
         f"({delivery['outcome']}) svix id {delivery['svix_id']}"
     )
-    if delivery["outcome"] == "unknown_email":
+    if delivery["detail"]:
+        line += f", reason {delivery['detail']}"
+    if delivery["outcome"] in ("unknown_email", "evidence"):
         line += f", email {delivery['email_id']} not recorded on this receipt (matched by tag)"
     return line

@@ -3,8 +3,19 @@
 As a platform cron job it drains every ready row (or stops claiming after
 ``--max-seconds``) and prints one summary line. With ``--loop`` it waits for
 new rows (woken by NOTIFY, polling as a fallback) until SIGTERM or SIGINT,
-then finishes or releases the rows it holds and exits 0. A provider that
-refuses our credentials (401/403) stops the run with exit code 2.
+then finishes or releases the rows it holds and exits 0.
+
+Exit codes (``receipts.delivery.summary.ExitCode``; README, "Exit codes of
+receipts worker"), each with one line on stderr saying why:
+
+* 0: the run ended normally (rows the provider could not take now are retried later);
+* 1: an unexpected failure (see the log);
+* 2: configuration: a bad setting, or the provider refused ours (API key,
+  ``RESEND_API_URL``, ``EMAIL_FROM``'s domain): rows pending, no attempt spent;
+* 3: the database could not be reached;
+* 4: sending is paused: a daily or monthly quota answer, now or in an earlier
+  run, until the quota resets (``--resume`` lifts it after a plan upgrade);
+* 5: the provider failed every send of the run (timeouts, 5xx, connection errors).
 """
 
 from __future__ import annotations
@@ -17,6 +28,10 @@ from collections.abc import Mapping
 from types import FrameType
 
 from receipts.commands import database_settings
+from receipts.db import Database
+from receipts.delivery.providers import Provider
+from receipts.delivery.sending_pause import clear_pause
+from receipts.delivery.summary import ExitCode
 from receipts.delivery.worker import (
     DEFAULT_CONCURRENCY,
     DEFAULT_POLL_SECONDS,
@@ -50,11 +65,18 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--worker-id", default=None, help="name in the attempt log (default: host:pid)"
     )
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="lift a sending pause left by a quota answer (after upgrading the plan), then send",
+    )
 
 
 def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
-    settings, _database_url = database_settings(environ)
+    settings, database_url = database_settings(environ)
     provider = provider_from_settings(settings, concurrency=args.concurrency)
+    if args.resume:
+        _resume(database_url, provider)
     stop = threading.Event()
     _stop_on_signals(stop)
     try:
@@ -71,10 +93,30 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     finally:
         provider.close()
     print(f"receipts worker: {summary.line()}")
+    code = summary.final_exit_code()
     if summary.error is not None:
         print(f"receipts worker: stopped: {summary.error}", file=sys.stderr)
-        return summary.exit_code or 1
-    return 0
+    elif code == ExitCode.PROVIDER_FAILING:
+        print(
+            f"receipts worker: provider failing: every one of {summary.retried} send(s) failed "
+            "(timeouts, 5xx or connection errors); rows are retried later",
+            file=sys.stderr,
+        )
+    return code
+
+
+def _resume(database_url: str, provider: Provider) -> None:
+    """Lift the sending pause; say which one it was."""
+    database = Database(database_url, max_size=1)
+    try:
+        with database.transaction() as conn:
+            lifted = clear_pause(conn, provider.name)
+    finally:
+        database.close()
+    if lifted is not None and lifted.seconds_left > 0:
+        print(f"receipts worker: lifted: {lifted.line()}", file=sys.stderr)
+    else:
+        print("receipts worker: no sending pause was in force", file=sys.stderr)
 
 
 def _stop_on_signals(stop: threading.Event) -> None:

@@ -1,19 +1,12 @@
 """Email providers behind one small interface: Resend, and a local file sink.
 
 A provider takes the message key and the frozen payload exactly as stored
-(JSON bytes) and returns a :class:`ProviderAnswer` that already says what the
-outbox must do with the row:
-
-* ``accepted``: the provider took the message and gave its id;
-* ``retry``: nothing is known to have gone wrong with the message itself
-  (timeout, connection error, 5xx, 429, a request with the same key still in
-  progress, a 2xx without an id); the same key makes a later retry safe;
-* ``rejected``: retrying cannot help (the key was reused with another body,
-  an invalid recipient...); a person must look at it;
-* ``unauthorized``: 401/403, the provider refuses our credentials or sender;
-  a configuration problem, not a problem of this message.
-
-Only ``receipts.delivery.decisions`` says what happens next; providers never
+(JSON bytes) and returns a :class:`ProviderAnswer`: the facts of the answer
+as Resend gives them (status, error name, the id of an accepted email, the
+rate-limit headers), or the name of the network failure when no answer came.
+What each answer does is decided in one place, ``receipts.delivery.decisions``;
+the file sink answers in the same terms (200 with an id, 409
+``invalid_idempotent_request``, 422 ``validation_error``). Providers never
 touch the database.
 """
 
@@ -23,47 +16,53 @@ import contextlib
 import email.policy
 import email.utils
 import hashlib
-import json
 import os
 import re
 import tempfile
-import time
-from dataclasses import dataclass, replace
 from email.message import EmailMessage
 from email.parser import BytesHeaderParser
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Protocol
 
 import requests
 from requests.adapters import HTTPAdapter
 
 from receipts.addresses import parse_mailbox
+from receipts.delivery.answers import (
+    CONNECTION_ERROR,
+    KEY_IN_PROGRESS,
+    KEY_REUSED_WITH_OTHER_BODY,
+    TIMEOUT,
+    ProviderAnswer,
+    classify_response,
+)
+from receipts.delivery.answers import json_object as _json_object
 
-AnswerKind = Literal["accepted", "retry", "rejected", "unauthorized"]
+__all__ = [
+    "KEY_IN_PROGRESS",
+    "KEY_REUSED_WITH_OTHER_BODY",
+    "PAYLOAD_DIGEST_HEADER",
+    "RESEND_DEFAULT_RATE",
+    "FileSinkProvider",
+    "Provider",
+    "ProviderAnswer",
+    "ResendProvider",
+    "build_email",
+    "classify_response",
+    "file_sink_id",
+]
 
-# 409 answers Resend gives for a reused Idempotency-Key.
-KEY_IN_PROGRESS = "concurrent_idempotent_requests"
-KEY_REUSED_WITH_OTHER_BODY = "invalid_idempotent_request"
-
-
-@dataclass(frozen=True, kw_only=True)
-class ProviderAnswer:
-    """What one send attempt came to, in the terms the outbox needs."""
-
-    kind: AnswerKind
-    http_status: int | None = None
-    provider_id: str | None = None
-    error: str | None = None  # the provider's error name, or ours for network failures
-    message: str | None = None  # the provider's error message, one line (for operators)
-    retry_after: float | None = None  # seconds the provider asked us to wait
-    rate_limit_reset: float | None = None  # seconds until the provider's window resets
-    rate_limit_remaining: int | None = None
+# Resend's documented default rate limit: 5 requests per second per team
+# (https://resend.com/docs/api-reference/rate-limit). RECEIPTS_SEND_RATE
+# defaults to it for Resend; the local file sink has no limit.
+RESEND_DEFAULT_RATE = 5.0
 
 
 class Provider(Protocol):
     """Sends one frozen message; must be safe to call from several threads."""
 
     name: str
+    default_rate: float  # requests per second when RECEIPTS_SEND_RATE is unset (0: no cap)
 
     def send(self, message_key: str, payload: bytes) -> ProviderAnswer: ...
 
@@ -74,6 +73,7 @@ class ResendProvider:
     """``POST {api_url}/emails`` with the message key as ``Idempotency-Key``."""
 
     name = "resend"
+    default_rate = RESEND_DEFAULT_RATE
 
     def __init__(
         self,
@@ -104,13 +104,17 @@ class ResendProvider:
                 data=payload,
                 headers={"Idempotency-Key": message_key},
                 timeout=self._timeout,
+                # A redirect means RESEND_API_URL is not Resend's API base: the
+                # 3xx itself is the answer (a configuration error), and the API
+                # key is never sent on to another address.
+                allow_redirects=False,
             )
         except requests.Timeout:
-            return ProviderAnswer(kind="retry", error="timeout")
+            return ProviderAnswer(error=TIMEOUT)
         except requests.ConnectionError:
-            return ProviderAnswer(kind="retry", error="connection_error")
+            return ProviderAnswer(error=CONNECTION_ERROR)
         except requests.RequestException as exc:
-            return ProviderAnswer(kind="retry", error=type(exc).__name__)
+            return ProviderAnswer(error=type(exc).__name__)
         return classify_response(response.status_code, response.headers, response.content)
 
     def close(self) -> None:
@@ -126,90 +130,6 @@ class _BearerToken(requests.auth.AuthBase):
         return request
 
 
-def classify_response(status: int, headers: Any, body: bytes) -> ProviderAnswer:
-    """Map one HTTP answer onto the outcome table.
-
-    docs/architecture.md, "What each provider answer does", lists every case;
-    ``receipts.delivery.decisions`` says what each kind does to the row.
-    """
-    document = _json_object(body)
-    answer = ProviderAnswer(
-        kind="retry",
-        http_status=status,
-        retry_after=_seconds(headers.get("Retry-After")),
-        rate_limit_reset=_seconds(headers.get("ratelimit-reset")),
-        rate_limit_remaining=_integer(headers.get("ratelimit-remaining")),
-    )
-    if 200 <= status < 300:
-        provider_id = document.get("id")
-        if isinstance(provider_id, str) and provider_id:
-            return replace(answer, kind="accepted", provider_id=provider_id)
-        return replace(answer, error="no_provider_id")
-    error = _error_name(document, status)
-    answer = replace(answer, message=_error_message(document))
-    if status in (401, 403):
-        return replace(answer, kind="unauthorized", error=error)
-    if (status == 409 and error == KEY_IN_PROGRESS) or status in (408, 429) or status >= 500:
-        return replace(answer, error=error)
-    return replace(answer, kind="rejected", error=error)
-
-
-def _json_object(body: bytes) -> dict[str, Any]:
-    try:
-        document = json.loads(body) if body else {}
-    except (ValueError, UnicodeDecodeError):
-        return {}
-    return document if isinstance(document, dict) else {}
-
-
-_ERROR_NAME = re.compile(r"[a-z0-9_]{1,64}")
-
-
-def _error_name(document: dict[str, Any], status: int) -> str:
-    """The provider's machine-readable error name; never its free-text message."""
-    name = document.get("name")
-    if isinstance(name, str) and _ERROR_NAME.fullmatch(name):
-        return name
-    return f"http_{status}"
-
-
-_UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f]+")
-
-
-def _error_message(document: dict[str, Any]) -> str | None:
-    """The provider's ``message`` for a person to read: one line, at most 300 characters.
-
-    Kept with the attempt, never logged: Resend names the refused address in it.
-    """
-    message = document.get("message")
-    if not isinstance(message, str):
-        return None
-    return _UNPRINTABLE.sub(" ", message).strip()[:300] or None
-
-
-def _seconds(value: str | None) -> float | None:
-    """A delay in seconds from a header (delta-seconds or an HTTP date)."""
-    if value is None:
-        return None
-    value = value.strip()
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - time.time())
-
-
-def _integer(value: str | None) -> int | None:
-    try:
-        return int(value) if value is not None else None
-    except ValueError:
-        return None
-
-
 class FileSinkProvider:
     """Writes one RFC 5322 ``.eml`` file per message key, for development.
 
@@ -219,6 +139,7 @@ class FileSinkProvider:
     """
 
     name = "file"
+    default_rate = 0.0
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
@@ -233,13 +154,13 @@ class FileSinkProvider:
             try:
                 message = build_email(message_key, payload, message_id, digest)
             except ValueError:
-                return ProviderAnswer(kind="rejected", error="validation_error", http_status=None)
+                return ProviderAnswer(http_status=422, error="validation_error")
             if _create_atomically(target, message.as_bytes(policy=email.policy.SMTP)):
-                return ProviderAnswer(kind="accepted", provider_id=message_id)
+                return ProviderAnswer(http_status=200, provider_id=message_id)
             existing = _stored_payload_digest(target)
         if existing != digest:
-            return ProviderAnswer(kind="rejected", error=KEY_REUSED_WITH_OTHER_BODY)
-        return ProviderAnswer(kind="accepted", provider_id=message_id)
+            return ProviderAnswer(http_status=409, error=KEY_REUSED_WITH_OTHER_BODY)
+        return ProviderAnswer(http_status=200, provider_id=message_id)
 
     def path_for(self, message_key: str) -> Path:
         """A safe file name: readable key characters plus a hash against collisions."""

@@ -38,8 +38,10 @@ Answered = tuple[claims.ClaimedRow, AttemptResult]
 _COUNTERS: dict[str, Counter] = {
     AttemptOutcome.SENT: "sent",
     AttemptOutcome.RETRY: "retried",
+    AttemptOutcome.RATE_LIMITED: "rate_limited",
     AttemptOutcome.REVIEW: "review",
     AttemptOutcome.CONFIG_ERROR: "released",
+    AttemptOutcome.QUOTA_EXCEEDED: "released",
     AttemptOutcome.RELEASED: "released",
 }
 

@@ -13,8 +13,12 @@ Rows in hand (claimed, not yet recorded) each hold one slot of a semaphore
 (``receipts.delivery.rows_in_hand``), sized so that the senders stay busy
 and no row waits long enough for its lease to run out (one that would is
 released unsent). A decision that stops the run (the provider refused our
-credentials) stops new sends and claims; the run returns its error and exit
-code. docs/architecture.md, "Delivery: claim, send, record", describes the whole.
+configuration, or a quota in a drain run) stops new sends and claims; the
+run returns its error and exit code (``receipts.delivery.summary.ExitCode``).
+Before it claims, the dispatcher looks at the sending pause every worker
+shares (``receipts.delivery.sending_pause``): a drain run that finds one
+ends with exit code 4, a ``--loop`` worker waits it out. docs/architecture.md,
+"Delivery: claim, send, record", describes the whole.
 """
 
 from __future__ import annotations
@@ -31,13 +35,15 @@ import psycopg
 from receipts.config import ConfigError, Settings
 from receipts.db import Database, DatabaseUnavailable, describe_error
 from receipts.delivery import claims
-from receipts.delivery.decisions import RELEASED, RunStop, decide
+from receipts.delivery.configured import provider_from_settings, send_rate
 from receipts.delivery.listener import start_listener
 from receipts.delivery.pacing import RateLimiter
-from receipts.delivery.providers import FileSinkProvider, Provider, ResendProvider
+from receipts.delivery.providers import Provider
 from receipts.delivery.recorder import RECORDER_THREADS, Recorder
 from receipts.delivery.rows_in_hand import RowsInHand, claim_sizing
-from receipts.delivery.summary import WorkerSummary
+from receipts.delivery.sender import Sender
+from receipts.delivery.sending_pause import PauseGate
+from receipts.delivery.summary import ExitCode, WorkerSummary
 from receipts.logs import log_fields
 
 __all__ = [
@@ -56,24 +62,6 @@ DEFAULT_POLL_SECONDS = 5.0
 # Never start a send unless it can finish (connect + read timeout) this long
 # before the lease expires.
 LEASE_SAFETY_SECONDS = 1.0
-
-
-def provider_from_settings(settings: Settings, *, concurrency: int) -> Provider:
-    """Resend when RESEND_API_KEY is set, else the file sink if RECEIPTS_MAIL_DIR is."""
-    if settings.resend_api_key:
-        return ResendProvider(
-            api_url=settings.resend_api_url,
-            api_key=settings.resend_api_key,
-            connect_timeout=settings.provider_connect_timeout,
-            read_timeout=settings.provider_timeout,
-            pool_size=concurrency,
-        )
-    if settings.mail_dir is not None:
-        return FileSinkProvider(settings.mail_dir)
-    raise ConfigError(
-        "RESEND_API_KEY",
-        "is required to send email (or set RECEIPTS_MAIL_DIR for the local .eml mail sink)",
-    )
 
 
 def run_worker(
@@ -143,7 +131,7 @@ class _Dispatcher:
         self.poll_seconds = poll_seconds
         self.worker_id = worker_id
         self.summary = WorkerSummary()
-        self.limiter = RateLimiter(settings.send_rate)
+        self.limiter = RateLimiter(send_rate(settings, provider))
         send_budget = settings.provider_connect_timeout + settings.provider_timeout
         # How long a claimed row may wait for a send slot and still finish inside its lease.
         self.send_window = settings.lease_seconds - send_budget - LEASE_SAFETY_SECONDS
@@ -163,6 +151,26 @@ class _Dispatcher:
         self.recorder = Recorder(self.database, self.summary, self._let_go)
         self.halt = threading.Event()  # set on stop or on a fatal error: no new sends
         self.wake = threading.Event()  # a slot freed up, or a notification arrived
+        self.gate = PauseGate(
+            self.database,
+            self.limiter,
+            provider=provider.name,
+            worker_id=worker_id,
+            recheck_seconds=poll_seconds,
+        )
+        self.sender = Sender(
+            settings=settings,
+            provider=provider,
+            limiter=self.limiter,
+            gate=self.gate,
+            recorder=self.recorder,
+            summary=self.summary,
+            halt=self.halt,
+            loop=loop,
+            send_window=self.send_window,
+            let_go=self._let_go,
+            worker_id=worker_id,
+        )
 
     def run(self) -> WorkerSummary:
         started = time.monotonic()
@@ -177,6 +185,7 @@ class _Dispatcher:
             provider=self.provider.name,
             concurrency=self.concurrency,
             loop=self.loop,
+            send_interval=round(self.limiter.interval, 4),
         )
         self.recorder.start()
         try:
@@ -194,6 +203,7 @@ class _Dispatcher:
             worker=self.worker_id,
             sent=self.summary.sent,
             retried=self.summary.retried,
+            rate_limited=self.summary.rate_limited,
             review=self.summary.review,
             lease_lost=self.summary.lease_lost,
             released=self.summary.released,
@@ -206,6 +216,8 @@ class _Dispatcher:
         last_claim = 0.0
         while not self._should_stop_claiming(deadline):
             self.wake.clear()
+            if self._sending_paused():
+                continue
             pause = self.limiter.paused_for()
             if not self.loop and pause > self.poll_seconds and self.rows.none_in_hand():
                 log_fields(
@@ -229,13 +241,25 @@ class _Dispatcher:
                 if claim is None:
                     return
                 for row in claim.rows:
-                    senders.submit(self._attempt, row, time.monotonic())
+                    senders.submit(self.sender.attempt, row, time.monotonic())
                 # Rows moved to review count too: they filled the claim.
                 maybe_ready = len(claim.rows) + len(claim.skipped) == wanted
                 if not self.loop and not maybe_ready and self.rows.none_in_hand():
                     return  # drained: nothing ready, nothing in hand
             waited = self.wake.wait(timeout=min(0.25, pause) if pause else 0.25)
             maybe_ready = maybe_ready or waited
+
+    def _sending_paused(self) -> bool:
+        """A quota pause is in force: a drain run stops (exit 4), a loop waits and looks again."""
+        pause = self.gate.current()
+        if pause is None:
+            return False
+        if not self.loop:
+            # A sender that got the quota answer says more (the HTTP answer): keep it.
+            self.summary.stop(pause.line(), ExitCode.SENDING_PAUSED, unless_stopped=True)
+            return True
+        self.stop_event.wait(min(self.poll_seconds, max(0.05, pause.seconds_left)))
+        return True
 
     def _should_stop_claiming(self, deadline: float | None) -> bool:
         out_of_time = deadline is not None and time.monotonic() >= deadline
@@ -263,7 +287,7 @@ class _Dispatcher:
         except DatabaseUnavailable as exc:
             log_fields(log, "claim failed", logging.ERROR, worker=self.worker_id, error=str(exc))
             if not self.loop:
-                self.summary.stop(f"database unavailable: {exc}", 3)
+                self.summary.stop(f"database unavailable: {exc}", ExitCode.DATABASE)
                 return None
             self.stop_event.wait(self.poll_seconds)
             return claims.Claim(rows=[], skipped=[])
@@ -277,32 +301,6 @@ class _Dispatcher:
                 reason=skipped.review_reason,
             )
         return claim
-
-    # --- one attempt, on a sender thread ------------------------------------------
-
-    def _attempt(self, row: claims.ClaimedRow, claimed_at: float) -> None:
-        """Send one row; the recorder writes the answer, so this slot is free at once."""
-        try:
-            send_by = claimed_at + self.send_window
-            if self.halt.is_set() or not self.limiter.acquire(send_by, self.halt):
-                self.recorder.put(row, RELEASED)
-                return
-            answer = self.provider.send(row.message_key, row.payload)
-            decision = decide(answer, row.attempt, self.settings)
-            if decision.pause_sends:
-                self.limiter.pause(decision.pause_sends)
-            if decision.stop is not None:
-                self._stop_run(decision.stop)
-            self.recorder.put(row, decision.result)
-        except Exception:
-            # The lease expires and another run retries with the same key.
-            log.exception("attempt failed unexpectedly: key=%s", row.message_key)
-            self.summary.count("unrecorded")
-            self._let_go()
-
-    def _stop_run(self, stop: RunStop) -> None:
-        self.summary.stop(stop.error, stop.exit_code)
-        self.halt.set()
 
     def _let_go(self) -> None:
         """One row fewer in hand (recorded, released, or given up on)."""

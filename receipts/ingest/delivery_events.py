@@ -8,11 +8,21 @@ nothing. The event is matched to the outbox row by Resend's email id (our
 
 Events arrive out of order, so a status only replaces a less final one, in
 the order of :attr:`receipts.vocabulary.DeliveryStatus.rank`: a late "delayed"
-never hides a "delivered" or a "bounced". Events for an email id we do not
-know are stored as ``unknown_email``, answered 200 (Resend retrying cannot
-help) and counted. The statements are in ``receipts/queries/ingest.sql``;
-``docs/architecture.md`` describes the outbox states. No web framework here:
-``receipts.web.resend_webhooks`` is the route.
+never hides a "delivered" or a "bounced". ``email.failed`` and
+``email.suppressed`` mean the customer got nothing: they set ``failed`` /
+``suppressed`` with the reason Resend gives (``delivery_detail``).
+
+An event about an email id no row has recorded is still evidence: if its
+``message_key`` tag names a receipt, Resend accepted a send of that receipt
+which the worker never recorded (it died after the provider answered), and
+the event is stored as ``evidence`` for that receipt (``receipts review``
+offers to resolve it with the id). Otherwise it is stored as
+``unknown_email`` (a status event) or ``ignored`` (``email.sent`` and the
+like: possibly another sender on the same Resend account). Every such event
+is answered 200: Resend retrying cannot help. The statements are in
+``receipts/queries/ingest.sql``; ``docs/architecture.md``, "Resend delivery
+webhooks" and "Delivery statuses", describes the whole. No web framework
+here: ``receipts.web.resend_webhooks`` is the route.
 """
 
 from __future__ import annotations
@@ -32,19 +42,29 @@ from receipts import queries
 from receipts.config import ConfigError
 from receipts.db import Connection
 from receipts.ingest.events import RejectedDelivery
-from receipts.vocabulary import DeliveryStatus
+from receipts.vocabulary import DeliveryEventOutcome, DeliveryStatus
 
 # Resend event type -> the delivery_status it sets.
 DELIVERY_STATUSES = {
     "email.delivery_delayed": DeliveryStatus.DELAYED,
     "email.delivered": DeliveryStatus.DELIVERED,
     "email.bounced": DeliveryStatus.BOUNCED,
+    "email.suppressed": DeliveryStatus.SUPPRESSED,
+    "email.failed": DeliveryStatus.FAILED,
     "email.complained": DeliveryStatus.COMPLAINED,
 }
+# Events about an email Resend accepted: for an email id no row recorded, each
+# is evidence that the receipt its tag names was sent.
+EVIDENCE_TYPES = frozenset({*DELIVERY_STATUSES, "email.sent", "email.opened", "email.clicked"})
 SIGNATURE_HEADERS = ("svix-id", "svix-timestamp", "svix-signature")
 
-# ``resend_events.outcome``, and ``duplicate`` for an event stored already.
-DeliveryEventOutcome = Literal["applied", "stale", "unknown_email", "ignored", "duplicate"]
+# What a delivery did: a stored ``resend_events.outcome``, or ``duplicate``.
+Outcome = DeliveryEventOutcome | Literal["duplicate"]
+
+# The invoice ids in a message_key tag (``platform_test_in_1Abc_invoice-paid``).
+_TAG_INVOICE_IDS = re.compile(r"(?:^|_)(in_[A-Za-z0-9]+)(?=_|$)")
+# What is kept of the reason Resend gives: short machine words.
+_DETAIL_CHARACTERS = re.compile(r"[^A-Za-z0-9_ ./:-]")
 
 _Q = queries.load("ingest")
 # The finality order, handed to the set_delivery_status statement as data.
@@ -58,6 +78,8 @@ class DeliveryEvent:
     email_id: str | None
     occurred_at: datetime | None
     message_tag: str | None = None  # our message_key tag, as Resend echoes it
+    detail: str | None = None  # why it failed, was suppressed or bounced, as Resend says
+    email_created_at: datetime | None = None  # data.created_at: when Resend accepted it
 
 
 def signature_verifier(secret: str | None) -> Webhook | None:
@@ -113,6 +135,8 @@ def parse(body: bytes, svix_id: str) -> DeliveryEvent:
         email_id=_storable(email_id, "data.email_id", 200) if email_id else None,
         occurred_at=_timestamp(document.get("created_at")),
         message_tag=_message_tag(data.get("tags")),
+        detail=_detail(data),
+        email_created_at=_timestamp(data.get("created_at")),
     )
 
 
@@ -121,6 +145,21 @@ def _storable(value: str, field: str, limit: int) -> str:
     if _UNSTORABLE.search(value):
         raise RejectedDelivery(400, f"{field!r} holds control characters or invalid Unicode")
     return value[:limit]
+
+
+def _detail(data: dict[str, Any]) -> str | None:
+    """The reason Resend gives: ``failed.reason``, ``suppressed.reason`` (and its
+    type), ``bounce.type``/``subType``; short machine words, never its message."""
+    failed, suppressed, bounce = (data.get(name) for name in ("failed", "suppressed", "bounce"))
+    parts: list[Any] = []
+    if isinstance(failed, dict):
+        parts = [failed.get("reason")]
+    elif isinstance(suppressed, dict):
+        parts = [suppressed.get("reason"), suppressed.get("type")]
+    elif isinstance(bounce, dict):
+        parts = [bounce.get("type"), bounce.get("subType")]
+    words = [_DETAIL_CHARACTERS.sub("", part)[:60] for part in parts if isinstance(part, str)]
+    return "/".join(word for word in words if word) or None
 
 
 def _message_tag(tags: Any) -> str | None:
@@ -151,12 +190,14 @@ def _timestamp(value: Any) -> datetime | None:
     return parsed if parsed.tzinfo is not None else None
 
 
-def record_delivery_event(conn: Connection, event: DeliveryEvent) -> DeliveryEventOutcome:
+def record_delivery_event(conn: Connection, event: DeliveryEvent) -> Outcome:
     """Store the event once and apply it; return what it did.
 
-    ``duplicate`` (this svix-id was seen), ``ignored`` (a type we do not
-    track), ``applied``, ``stale`` (the row already has a more final status),
-    or ``unknown_email``.
+    ``duplicate`` (this svix-id was seen), ``applied`` (the row's delivery
+    status moved), ``stale`` (the row already has a more final status, or is
+    not sent), ``evidence`` (no row has this email id, but its tag names a
+    receipt), ``unknown_email`` (a status event for an email nobody has), or
+    ``ignored`` (a type we do not track, no email id, or nothing to do).
     """
     first = conn.execute(
         _Q["insert_resend_event"],
@@ -165,16 +206,17 @@ def record_delivery_event(conn: Connection, event: DeliveryEvent) -> DeliveryEve
             "event_type": event.event_type,
             "email_id": event.email_id,
             "message_tag": event.message_tag,
-            "outcome": "ignored",
+            "outcome": DeliveryEventOutcome.IGNORED,
             "occurred_at": event.occurred_at,
+            "detail": event.detail,
+            "email_created_at": event.email_created_at,
         },
     ).fetchone()
     if first is None:
         return "duplicate"
-    status = DELIVERY_STATUSES.get(event.event_type)
-    if status is None or event.email_id is None:
-        return "ignored"
-    outcome, key = _apply(conn, event, event.email_id, status)
+    if event.email_id is None or event.event_type not in EVIDENCE_TYPES:
+        return DeliveryEventOutcome.IGNORED
+    outcome, key = _apply(conn, event, event.email_id)
     conn.execute(
         _Q["record_resend_outcome"], {"outcome": outcome, "key": key, "svix_id": event.svix_id}
     )
@@ -182,21 +224,46 @@ def record_delivery_event(conn: Connection, event: DeliveryEvent) -> DeliveryEve
 
 
 def _apply(
-    conn: Connection, event: DeliveryEvent, email_id: str, status: DeliveryStatus
+    conn: Connection, event: DeliveryEvent, email_id: str
 ) -> tuple[DeliveryEventOutcome, str | None]:
-    updated = conn.execute(
-        _Q["set_delivery_status"],
-        {
-            "status": status,
-            "rank": status.rank,
-            "ranks": _RANKS,
-            "occurred_at": event.occurred_at,
-            "email_id": email_id,
-        },
-    ).fetchone()
-    if updated is not None:
-        return "applied", updated["message_key"]
+    status = DELIVERY_STATUSES.get(event.event_type)
+    if status is not None:
+        updated = conn.execute(
+            _Q["set_delivery_status"],
+            {
+                "status": status,
+                "rank": status.rank,
+                "ranks": _RANKS,
+                "occurred_at": event.occurred_at,
+                "detail": event.detail,
+                "email_id": email_id,
+            },
+        ).fetchone()
+        if updated is not None:
+            return DeliveryEventOutcome.APPLIED, updated["message_key"]
     known = conn.execute(_Q["outbox_key_for_email_id"], {"email_id": email_id}).fetchone()
     if known is not None:
-        return "stale", known["message_key"]
-    return "unknown_email", None
+        stale = DeliveryEventOutcome.STALE if status else DeliveryEventOutcome.IGNORED
+        return stale, known["message_key"]
+    named = receipt_named_by_tag(conn, event.message_tag)
+    if named is not None:
+        return DeliveryEventOutcome.EVIDENCE, named
+    if status is None:
+        return DeliveryEventOutcome.IGNORED, None
+    return DeliveryEventOutcome.UNKNOWN_EMAIL, None
+
+
+def receipt_named_by_tag(conn: Connection, tag: str | None) -> str | None:
+    """The one receipt whose message key gives this Resend tag, if exactly one does.
+
+    A tag is the key with every character Resend refuses turned into ``_``
+    (``receipt.resend_tag_value``), so it is looked up through the invoice
+    id it carries and compared whole.
+    """
+    invoice_ids = _TAG_INVOICE_IDS.findall(tag or "")
+    if not invoice_ids:
+        return None
+    found = conn.execute(
+        _Q["receipts_for_tag"], {"invoice_ids": invoice_ids, "tag": tag}
+    ).fetchall()
+    return found[0]["message_key"] if len(found) == 1 else None

@@ -26,6 +26,7 @@ from psycopg.types.json import Jsonb
 from receipts import queries
 from receipts.config import PROVIDER_KEY_RETENTION_HOURS
 from receipts.db import Connection
+from receipts.ingest.delivery_events import DELIVERY_STATUSES
 from receipts.ingest.receipt import resend_tag_value
 from receipts.operations.operator_input import InvalidInput, operator
 from receipts.operations.timeline import may_have_been_accepted
@@ -88,26 +89,40 @@ def list_review(
 ) -> list[dict[str, Any]]:
     """Review rows, oldest first; dismissed ones only when asked for.
 
-    ``provider_reported_send``: the provider reported an email carrying the
-    row's Resend tag that no receipt recorded, so it was probably sent.
+    ``evidence``: the emails Resend reported with the row's tag that no
+    receipt recorded (``{"email_id", "accepted_at"}``, earliest first): it was
+    sent, and ``receipts review resolve`` with that id is the decision to
+    offer. ``provider_reported_send`` says whether there is any.
     """
     rows = conn.execute(
         _REVIEW["list_review_rows"],
         {"reason": reason, "all": include_dismissed, "dismissed": ReviewReason.DISMISSED},
     ).fetchall()
-    tags = {row["message_key"]: resend_tag_value(row["message_key"]) for row in rows}
-    reported = _tags_reported_unsent(conn, list(tags.values()))
+    evidence = evidence_of_unrecorded_sends(conn, [row["message_key"] for row in rows])
     for row in rows:
-        row["provider_reported_send"] = tags[row["message_key"]] in reported
+        row["evidence"] = evidence.get(row["message_key"], [])
+        row["provider_reported_send"] = bool(row["evidence"])
     return rows
 
 
-def _tags_reported_unsent(conn: Connection, tags: list[str]) -> set[str]:
-    """The tags the provider reported on emails no receipt recorded."""
-    if not tags:
-        return set()
-    found = conn.execute(_REVIEW["tags_reported_unsent"], {"tags": tags})
-    return {row["message_tag"] for row in found}
+def evidence_of_unrecorded_sends(
+    conn: Connection, keys: list[str]
+) -> dict[str, list[dict[str, Any]]]:
+    """By receipt: the emails Resend accepted for it that it never recorded."""
+    if not keys:
+        return {}
+    by_tag = {resend_tag_value(key): key for key in keys}
+    found: dict[str, list[dict[str, Any]]] = {}
+    for row in conn.execute(
+        _REVIEW["evidence_of_unrecorded_sends"], {"keys": keys, "tags": list(by_tag)}
+    ):
+        key = row["message_key"] or by_tag.get(row["message_tag"])
+        if key is None:
+            continue
+        sends = found.setdefault(key, [])
+        if all(send["email_id"] != row["email_id"] for send in sends):
+            sends.append({"email_id": row["email_id"], "accepted_at": row["accepted_at"]})
+    return found
 
 
 def resolve(
@@ -123,6 +138,17 @@ def resolve(
     conn.execute(
         _REVIEW["mark_review_row_sent"],
         {"key": key, "provider_id": provider_id, "sent_at": sent_at},
+    )
+    # Delivery events Resend sent before the row knew the id (evidence) count now.
+    conn.execute(
+        _REVIEW["apply_reported_delivery_status"],
+        {
+            "key": key,
+            "provider_id": provider_id,
+            "event_types": list(DELIVERY_STATUSES),
+            "statuses": [str(status) for status in DELIVERY_STATUSES.values()],
+            "ranks": [status.rank for status in DELIVERY_STATUSES.values()],
+        },
     )
     record_action(
         conn,

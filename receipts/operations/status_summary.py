@@ -6,7 +6,10 @@ the worker's meaning (``docs/architecture.md``, attempt outcomes): an attempt
 whose ``outcome`` and ``finished_at`` are still NULL is in flight while its
 lease holds, and *abandoned* once the lease has expired with nobody claiming
 the row again (the worker died mid-attempt; the provider may have accepted
-the email).
+the email). The provider is *failing* when its recent answers are all
+retries (timeouts, 5xx, connection errors: at least
+:data:`PROVIDER_FAILING_MIN_ATTEMPTS` since it last answered as working, the
+newest within :data:`PROVIDER_FAILING_WINDOW_SECONDS`).
 """
 
 from __future__ import annotations
@@ -16,12 +19,32 @@ from typing import Any, LiteralString
 
 from receipts import queries
 from receipts.db import Connection
-from receipts.vocabulary import AttemptOutcome, DeliveryStatus, ReviewReason, RowStatus
+from receipts.vocabulary import (
+    NOT_DELIVERED,
+    AttemptOutcome,
+    DeliveryStatus,
+    ReviewReason,
+    RowStatus,
+)
 
 _REPORTS = queries.load("reports")
 
-# Delivery statuses of a sent receipt that did not reach the customer.
-DELIVERY_PROBLEMS = (DeliveryStatus.BOUNCED, DeliveryStatus.COMPLAINED)
+# Delivery statuses of a sent receipt that went wrong, listed by status and /metrics.
+DELIVERY_PROBLEMS = (*NOT_DELIVERED, DeliveryStatus.COMPLAINED)
+# Of those, the ones that need a person: Resend never tried, so nobody else will
+# tell the customer (a bounce is the customer's address and stays information).
+NEEDS_PERSON_DELIVERY = (DeliveryStatus.SUPPRESSED, DeliveryStatus.FAILED)
+# Attempt outcomes that show the provider answering as it should; a `retry`
+# after the last of them is a failure.
+PROVIDER_WORKING = (
+    AttemptOutcome.SENT,
+    AttemptOutcome.REVIEW,
+    AttemptOutcome.RATE_LIMITED,
+    AttemptOutcome.QUOTA_EXCEEDED,
+    AttemptOutcome.CONFIG_ERROR,
+)
+PROVIDER_FAILING_MIN_ATTEMPTS = 3
+PROVIDER_FAILING_WINDOW_SECONDS = 3600
 PROVIDER_ANSWER_CLASSES = ("2xx", "4xx", "5xx", "timeout")
 LATENCY_QUANTILES = (0.5, 0.95, 0.99)
 
@@ -40,7 +63,10 @@ class Status:
     abandoned_attempts: int
     conflicts_24h: int
     unknown_delivery_events_24h: int
-    delivery_problems_24h: list[dict[str, Any]]  # bounced/complained receipts, newest first
+    evidence_delivery_events_24h: int  # sends the worker never recorded, named by tag
+    delivery_problems_24h: list[dict[str, Any]]  # DELIVERY_PROBLEMS receipts, newest first
+    sending_pauses: list[dict[str, Any]]  # quota pauses in force
+    provider_failing: dict[str, Any] | None  # since, latest, failures; None when working
     sent_last_hour: int
     sent_last_day: int
 
@@ -48,6 +74,15 @@ class Status:
     def open_review(self) -> int:
         """Review rows that still need a person (dismissed ones do not)."""
         return sum(self.review_by_reason.values())
+
+    @property
+    def not_delivered_needing_a_person(self) -> list[dict[str, Any]]:
+        """Receipts Resend failed or suppressed in the last 24 h."""
+        return [
+            problem
+            for problem in self.delivery_problems_24h
+            if problem["delivery_status"] in NEEDS_PERSON_DELIVERY
+        ]
 
     def as_dict(self) -> dict[str, Any]:
         document = asdict(self)
@@ -75,6 +110,7 @@ def read_status(conn: Connection, *, retry_cutoff_hours: float) -> Status:
     problems = conn.execute(
         _REPORTS["recent_delivery_problems"], {"problem_statuses": list(DELIVERY_PROBLEMS)}
     ).fetchall()
+    pauses = conn.execute(_REPORTS["active_sending_pauses"]).fetchall()
     return Status(
         counts=counts,
         oldest_pending_age_seconds=ages["oldest_pending"] if ages else None,
@@ -86,8 +122,20 @@ def read_status(conn: Connection, *, retry_cutoff_hours: float) -> Status:
         abandoned_attempts=recent.get("abandoned", 0),
         conflicts_24h=recent.get("conflicts", 0),
         unknown_delivery_events_24h=recent.get("unknown_deliveries", 0),
+        evidence_delivery_events_24h=recent.get("evidence_deliveries", 0),
         delivery_problems_24h=sorted(
             problems, key=lambda found: found["delivery_status_at"], reverse=True
+        ),
+        sending_pauses=pauses,
+        provider_failing=_one(
+            conn,
+            _REPORTS["provider_failing_since"],
+            {
+                "answered": [*PROVIDER_WORKING, AttemptOutcome.RETRY],
+                "failed": AttemptOutcome.RETRY,
+                "min_failures": PROVIDER_FAILING_MIN_ATTEMPTS,
+                "window_seconds": PROVIDER_FAILING_WINDOW_SECONDS,
+            },
         ),
         sent_last_hour=recent.get("sent_hour", 0),
         sent_last_day=recent.get("sent_day", 0),

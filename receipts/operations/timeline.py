@@ -13,6 +13,7 @@ the attempt outcomes in ``docs/architecture.md``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from receipts import queries
@@ -71,6 +72,22 @@ def _attempts(conn: Connection, key: str) -> list[dict[str, Any]]:
     for attempt in rows:
         attempt["uncertain"] = attempt_note(attempt)
     return rows
+
+
+def unrecorded_sends(deliveries: list[dict[str, Any]]) -> dict[str, datetime]:
+    """Emails Resend reported with a receipt's tag that the receipt never recorded
+    (evidence, or older unknown-email events matched by tag), by id, with when Resend
+    accepted each (the email's creation time, else the earliest event's time)."""
+    found: dict[str, datetime] = {}
+    for delivery in deliveries:
+        if delivery["outcome"] not in ("evidence", "unknown_email") or not delivery["email_id"]:
+            continue
+        when = (
+            delivery.get("email_created_at") or delivery["occurred_at"] or delivery["received_at"]
+        )
+        earlier = found.get(delivery["email_id"])
+        found[delivery["email_id"]] = when if earlier is None else min(earlier, when)
+    return dict(sorted(found.items()))
 
 
 def may_have_been_accepted(attempt: dict[str, Any]) -> bool:

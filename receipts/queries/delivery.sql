@@ -69,7 +69,7 @@ SELECT message_key, NULL, attempts, NULL, NULL, review_reason
   FROM skipped
 
 -- name: record_attempts
--- Writes each answer of a batch to its row only while that row is still processing under the claim's lease token; every attempt row is finished, as lease_lost where the lease was taken over (the row untouched); held says which.
+-- Writes each answer of a batch to its row only while that row is still processing under the claim's lease token (a refunded attempt restarts the retry clock when no attempt of the row can have reached the provider); every attempt row is finished, as lease_lost where the lease was taken over (the row untouched); held says which.
 WITH answer AS (
     SELECT * FROM unnest(
         %(keys)s::text[], %(tokens)s::uuid[], %(attempt_ids)s::bigint[],
@@ -90,6 +90,17 @@ WITH answer AS (
                                THEN now() + make_interval(secs => a.delay)
                                ELSE o.available_at END,
            attempts = o.attempts - a.refund,
+           -- The retry cutoff guards against a send the provider may have
+           -- accepted; a refunded attempt (released, or refused for now: rate
+           -- limit, quota, configuration) cannot have been, so when no other
+           -- attempt can have been either, the clock starts again at the next
+           -- claim: a day-long quota pause does not push the row to review.
+           first_attempt_at = CASE
+               WHEN a.refund = 1 AND NOT EXISTS (
+                   SELECT 1 FROM email_attempts AS p
+                    WHERE p.message_key = o.message_key AND p.id <> a.attempt_id
+                      AND (p.outcome IS NULL OR p.outcome IN ('sent', 'retry', 'lease_lost')))
+               THEN NULL ELSE o.first_attempt_at END,
            last_error = coalesce(a.last_error, o.last_error),
            lease_token = NULL, locked_until = NULL, updated_at = now()
       FROM answer AS a
@@ -109,3 +120,31 @@ RETURNING t.id, s.message_key IS NOT NULL AS held
 -- name: listen
 -- Subscribes this connection to the wake-ups ingest and review send on the receipts_outbox channel (vocabulary.NOTIFY_CHANNEL); polling covers any missed.
 LISTEN receipts_outbox
+
+-- name: record_sending_pause
+-- Pauses all sending through this provider for the given seconds: a pause still in force is only ever lengthened (keeping when it began), an expired one is replaced; returns the pause now in force.
+INSERT INTO sending_pauses AS p (provider, reason, paused_until, worker_id)
+VALUES (%(provider)s, %(reason)s, now() + make_interval(secs => %(pause_seconds)s), %(worker_id)s)
+ON CONFLICT (provider) DO UPDATE
+   SET reason = CASE WHEN p.paused_until >= EXCLUDED.paused_until THEN p.reason
+                     ELSE EXCLUDED.reason END,
+       paused_at = CASE WHEN p.paused_until > now() THEN p.paused_at ELSE EXCLUDED.paused_at END,
+       worker_id = CASE WHEN p.paused_until >= EXCLUDED.paused_until THEN p.worker_id
+                        ELSE EXCLUDED.worker_id END,
+       paused_until = greatest(p.paused_until, EXCLUDED.paused_until)
+RETURNING provider, reason, paused_at, paused_until, worker_id,
+          extract(epoch FROM paused_until - now())::float8 AS seconds_left
+
+-- name: current_sending_pause
+-- The pause in force for this provider with the seconds it has left, or no row when sending may go on.
+SELECT provider, reason, paused_at, paused_until, worker_id,
+       extract(epoch FROM paused_until - now())::float8 AS seconds_left
+FROM sending_pauses
+WHERE provider = %(provider)s AND paused_until > now()
+
+-- name: clear_sending_pause
+-- Lifts this provider's pause at once (an operator upgraded the plan); returns the pause that was in force, if any.
+DELETE FROM sending_pauses
+WHERE provider = %(provider)s
+RETURNING provider, reason, paused_at, paused_until, worker_id,
+          greatest(0, extract(epoch FROM paused_until - now()))::float8 AS seconds_left

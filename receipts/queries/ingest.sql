@@ -72,16 +72,19 @@ SELECT pg_notify(%(channel)s, '')
 
 -- name: insert_resend_event
 -- One row per svix id: returns no row for a redelivered event, which then changes nothing.
-INSERT INTO resend_events (svix_id, event_type, email_id, message_tag, outcome, occurred_at)
-VALUES (%(svix_id)s, %(event_type)s, %(email_id)s, %(message_tag)s, %(outcome)s, %(occurred_at)s)
+INSERT INTO resend_events
+    (svix_id, event_type, email_id, message_tag, outcome, occurred_at, detail, email_created_at)
+VALUES (%(svix_id)s, %(event_type)s, %(email_id)s, %(message_tag)s, %(outcome)s, %(occurred_at)s,
+        %(detail)s, %(email_created_at)s)
 ON CONFLICT (svix_id) DO NOTHING
 RETURNING svix_id
 
 -- name: set_delivery_status
--- Only a sent row, only to a higher rank (or the same, later); ranks are DeliveryStatus.rank.
+-- Only a sent row, only to a higher rank (or the same, later), with the reason the event gives; ranks are DeliveryStatus.rank.
 UPDATE email_outbox
    SET delivery_status = %(status)s,
        delivery_status_at = coalesce(%(occurred_at)s, now()),
+       delivery_detail = %(detail)s,
        updated_at = now()
  WHERE provider_id = %(email_id)s
    AND status = 'sent'
@@ -97,3 +100,10 @@ SELECT message_key FROM email_outbox WHERE provider_id = %(email_id)s LIMIT 1
 -- name: record_resend_outcome
 -- Records what one stored delivery event did and which row it matched; touches only that event.
 UPDATE resend_events SET outcome = %(outcome)s, message_key = %(key)s WHERE svix_id = %(svix_id)s
+
+-- name: receipts_for_tag
+-- The receipts of the given invoices whose message key gives this Resend tag (characters Resend refuses as _); reads keys only.
+SELECT message_key FROM email_outbox
+WHERE invoice_id = ANY(%(invoice_ids)s)
+  AND left(regexp_replace(message_key, '[^A-Za-z0-9_-]', '_', 'g'), 256) = %(tag)s
+LIMIT 2

@@ -56,7 +56,7 @@ ORDER BY first_attempt_at
 LIMIT 1
 
 -- name: recent_activity
--- One row of counts: lease recoveries, abandoned attempts, conflicts and unknown delivery events (24 h), sends (1 h, 24 h).
+-- One row of counts: lease recoveries, abandoned attempts, conflicts, unknown delivery events and evidence of unrecorded sends (24 h), sends (1 h, 24 h).
 SELECT
   -- A recovery is an attempt whose previous attempt on the same row never
   -- finished: its worker died and another claimed the row after the lease.
@@ -78,18 +78,46 @@ SELECT
   (SELECT count(*) FROM resend_events
     WHERE outcome = 'unknown_email' AND received_at > now() - interval '24 hours')
       AS unknown_deliveries,
+  (SELECT count(*) FROM resend_events
+    WHERE outcome = 'evidence' AND received_at > now() - interval '24 hours')
+      AS evidence_deliveries,
   (SELECT count(*) FROM email_outbox
     WHERE status = 'sent' AND sent_at > now() - interval '1 hour') AS sent_hour,
   (SELECT count(*) FROM email_outbox
     WHERE status = 'sent' AND sent_at > now() - interval '24 hours') AS sent_day
 
 -- name: recent_delivery_problems
--- Each receipt once whose delivery event applied in the last 24 h left it in one of the given delivery statuses.
-SELECT DISTINCT ON (e.message_key) e.message_key, o.delivery_status, o.delivery_status_at
+-- Each receipt once whose delivery event applied in the last 24 h left it in one of the given delivery statuses, with Resend's reason.
+SELECT DISTINCT ON (e.message_key) e.message_key, o.delivery_status, o.delivery_status_at,
+       o.delivery_detail
 FROM resend_events e JOIN email_outbox o USING (message_key)
 WHERE e.received_at > now() - interval '24 hours' AND e.outcome = 'applied'
   AND o.delivery_status = ANY(%(problem_statuses)s)
 ORDER BY e.message_key
+
+-- name: active_sending_pauses
+-- Every sending pause still in force (a quota answer), with the seconds it has left.
+SELECT provider, reason, paused_at, paused_until, worker_id,
+       extract(epoch FROM paused_until - now())::float8 AS seconds_left
+FROM sending_pauses
+WHERE paused_until > now()
+ORDER BY provider
+
+-- name: provider_failing_since
+-- The run of failed sends (given outcome) since the provider last answered as working (other given outcomes), 24 h back at most; no row unless it holds at least the given count and its newest is within the window.
+WITH recent AS (
+    SELECT started_at, outcome FROM email_attempts
+    WHERE started_at > now() - interval '24 hours'
+      AND outcome = ANY(%(answered)s)
+), last_working AS (
+    SELECT max(started_at) AS at FROM recent WHERE outcome <> %(failed)s
+)
+SELECT min(started_at) AS since, max(started_at) AS latest, count(*) AS failures
+FROM recent
+WHERE outcome = %(failed)s
+  AND started_at > coalesce((SELECT at FROM last_working), '-infinity'::timestamptz)
+HAVING count(*) >= %(min_failures)s
+   AND max(started_at) > now() - make_interval(secs => %(window_seconds)s)
 
 -- name: provider_answers_by_class
 -- Provider calls finished within the window, counted by answer class: 2xx, 4xx, 5xx, timeout.
@@ -198,7 +226,7 @@ ORDER BY first_received_at DESC, event_id
 SELECT message_key, purpose, account, livemode, invoice_id, source_event_id, status,
        review_reason, attempts, available_at, created_at, updated_at, first_attempt_at,
        locked_until, lease_token, provider_id, sent_at, last_error, delivery_status,
-       delivery_status_at, invoice_number, customer_email, amount, currency, fingerprint,
+       delivery_status_at, delivery_detail, invoice_number, customer_email, amount, currency, fingerprint,
        payload -> 'to' AS recipients
 FROM email_outbox
 WHERE message_key = %(key)s
@@ -233,10 +261,12 @@ WHERE message_key = %(key)s
 ORDER BY performed_at, id
 
 -- name: timeline_delivery_events
--- The receipt's delivery events, and those no receipt recorded that carry its Resend tag, oldest first.
-SELECT svix_id, event_type, email_id, outcome, occurred_at, received_at
+-- The receipt's delivery events (evidence of unrecorded sends included), and unknown-email events that carry its Resend tag, oldest first.
+SELECT svix_id, event_type, email_id, outcome, occurred_at, received_at, detail,
+       email_created_at
 FROM resend_events WHERE message_key = %(key)s
 UNION ALL
-SELECT svix_id, event_type, email_id, outcome, occurred_at, received_at
+SELECT svix_id, event_type, email_id, outcome, occurred_at, received_at, detail,
+       email_created_at
 FROM resend_events WHERE outcome = 'unknown_email' AND message_tag = %(tag)s
 ORDER BY received_at

@@ -37,11 +37,16 @@ WHERE o.status = 'review'
   AND (%(all)s OR %(reason)s::text = %(dismissed)s OR o.review_reason <> %(dismissed)s)
 ORDER BY o.created_at, o.message_key
 
--- name: tags_reported_unsent
--- Which of the given Resend tags the provider reported on an email no receipt recorded.
-SELECT DISTINCT message_tag
+-- name: evidence_of_unrecorded_sends
+-- Each email Resend reported that no receipt recorded, for the given receipts (evidence) or tags (older unknown-email events), with when Resend accepted it.
+SELECT message_key, message_tag, email_id,
+       min(coalesce(email_created_at, occurred_at, received_at)) AS accepted_at
 FROM resend_events
-WHERE outcome = 'unknown_email' AND message_tag = ANY(%(tags)s)
+WHERE email_id IS NOT NULL
+  AND ((outcome = 'evidence' AND message_key = ANY(%(keys)s))
+       OR (outcome = 'unknown_email' AND message_tag = ANY(%(tags)s)))
+GROUP BY message_key, message_tag, email_id
+ORDER BY accepted_at, email_id
 
 -- name: lock_receipt
 -- The whole row of one receipt, locked until the transaction ends; no row when the key is unknown.
@@ -69,6 +74,23 @@ UPDATE email_outbox
 SET status = 'sent', provider_id = %(provider_id)s, sent_at = coalesce(%(sent_at)s, now()),
     review_reason = NULL, lease_token = NULL, locked_until = NULL, updated_at = now()
 WHERE message_key = %(key)s AND status = 'review'
+
+-- name: apply_reported_delivery_status
+-- A row resolved as sent takes the most final delivery status Resend already reported for its email id (types, statuses and ranks given), with that event's reason and time; nothing when none was reported.
+UPDATE email_outbox AS o
+   SET delivery_status = e.status,
+       delivery_status_at = coalesce(e.occurred_at, e.received_at),
+       delivery_detail = e.detail,
+       updated_at = now()
+  FROM (SELECT s.status, r.occurred_at, r.received_at, r.detail
+          FROM resend_events AS r
+          JOIN unnest(%(event_types)s::text[], %(statuses)s::text[], %(ranks)s::int[])
+               AS s(event_type, status, rank) USING (event_type)
+         WHERE r.email_id = %(provider_id)s
+         ORDER BY s.rank DESC, r.occurred_at DESC NULLS LAST
+         LIMIT 1) AS e
+ WHERE o.message_key = %(key)s AND o.status = 'sent'
+RETURNING o.delivery_status
 
 -- name: requeue_review_row
 -- A row still in review becomes pending and ready now, with no attempts and the given retry window start.

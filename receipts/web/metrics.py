@@ -8,7 +8,8 @@ Two kinds of figures:
   workers' files (``gunicorn.conf.py`` marks dead workers);
 * gauges read from the database at scrape time (outbox rows by status, the
   oldest pending age, time left before the retry cutoff, review rows by
-  reason, conflicts, recent provider answers and send latency). When the
+  reason, conflicts, receipts not delivered, the sending pause, whether the
+  provider is failing, recent provider answers and send latency). When the
   database cannot be read the scrape still succeeds and says
   ``receipts_database_up 0``. They come from
   :mod:`receipts.operations.status_summary` in one transaction whose
@@ -203,10 +204,17 @@ def _status_metrics(status: Status, cutoff_hours: float) -> list[Metric]:
             "Resend delivery events in the last 24 h for an email id no receipt has.",
             status.unknown_delivery_events_24h,
         ),
+        _gauge(
+            "receipts_delivery_events_evidence_24h",
+            "Resend events in the last 24 h about a send no receipt recorded, named by its tag.",
+            status.evidence_delivery_events_24h,
+        ),
         _gauge("receipts_sent_1h", "Receipts sent in the last hour.", status.sent_last_hour),
+        *_sending_metrics(status),
         _labelled(
             "receipts_delivery_problems_24h",
-            "Sent receipts that bounced or were marked as spam in the last 24 h.",
+            "Sent receipts that failed, were suppressed, bounced or were marked as spam "
+            "in the last 24 h (failed and suppressed need a person).",
             "delivery_status",
             {
                 kind.value: sum(
@@ -226,6 +234,41 @@ def _status_metrics(status: Status, cutoff_hours: float) -> list[Metric]:
             )
         )
     return found
+
+
+def _sending_metrics(status: Status) -> list[Metric]:
+    """Whether the workers can send: a quota pause in force, a failing provider."""
+    found: list[Metric] = [
+        _gauge(
+            "receipts_sending_paused",
+            "1 while a quota answer pauses all sending (receipts worker exits 4), else 0.",
+            1 if status.sending_pauses else 0,
+        ),
+        _gauge(
+            "receipts_provider_failing",
+            "1 while the provider's recent answers are all retries (timeouts, 5xx), else 0.",
+            1 if status.provider_failing is not None else 0,
+        ),
+    ]
+    if status.sending_pauses:
+        left = max(pause["seconds_left"] for pause in status.sending_pauses)
+        found.append(
+            _gauge(
+                "receipts_sending_pause_remaining_seconds",
+                "Time left before the sending pause ends (absent when none).",
+                left,
+            )
+        )
+    if status.provider_failing is not None:
+        failing = max(0.0, time.time() - status.provider_failing["since"].timestamp())
+        found.append(
+            _gauge(
+                "receipts_provider_failing_seconds",
+                "How long the provider has been failing (absent when not).",
+                failing,
+            )
+        )
+    return found  # fmt: skip
 
 
 def _provider_metrics(activity: ProviderActivity) -> list[Metric]:

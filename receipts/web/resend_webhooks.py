@@ -18,6 +18,7 @@ from werkzeug.exceptions import HTTPException
 from receipts.db import DatabaseUnavailable
 from receipts.ingest.delivery_events import (
     DELIVERY_STATUSES,
+    EVIDENCE_TYPES,
     SIGNATURE_HEADERS,
     DeliveryEvent,
     record_delivery_event,
@@ -25,6 +26,7 @@ from receipts.ingest.delivery_events import (
 )
 from receipts.ingest.events import RejectedDelivery
 from receipts.logs import log_fields
+from receipts.vocabulary import NOT_DELIVERED
 from receipts.web import metrics
 from receipts.web.bodies import read_body
 from receipts.web.services import services
@@ -42,7 +44,7 @@ def receive_resend_event() -> tuple[Response, int]:
     event_type = "unknown"
     try:
         event = _verified_event()
-        event_type = metrics.event_type_label(event.event_type, DELIVERY_STATUSES)
+        event_type = metrics.event_type_label(event.event_type, EVIDENCE_TYPES)
         with services().database.transaction() as conn:
             outcome = record_delivery_event(conn, event)
     except RejectedDelivery as rejected:
@@ -66,19 +68,30 @@ def receive_resend_event() -> tuple[Response, int]:
     except Exception:
         metrics.count_webhook("resend", event_type, "error", 500, started)
         raise
-    level = logging.WARNING if outcome == "unknown_email" else logging.INFO
     log_fields(
         log,
         "resend webhook",
-        level,
+        _level(event, outcome),
         svix_id=event.svix_id,
         type=event.event_type,
         email_id=event.email_id,
         outcome=outcome,
+        detail=event.detail,
         ms=round((time.perf_counter() - started) * 1000, 1),
     )
     metrics.count_webhook("resend", event_type, outcome, 200, started)
     return jsonify(received=True, outcome=outcome), 200
+
+
+def _level(event: DeliveryEvent, outcome: str) -> int:
+    """WARNING for what a person may have to act on: a receipt the customer did not
+    get, a send nobody recorded, an email nobody knows."""
+    status = DELIVERY_STATUSES.get(event.event_type)
+    if outcome in ("unknown_email", "evidence") or (
+        outcome == "applied" and status in NOT_DELIVERED
+    ):
+        return logging.WARNING
+    return logging.INFO
 
 
 def _verified_event() -> DeliveryEvent:

@@ -109,7 +109,7 @@ $$;
 
 -- Start from nothing, so a rerun also takes back what an older version granted.
 REVOKE ALL ON stripe_events, email_outbox, email_attempts, operator_actions, resend_events,
-    stripe_thin_events, reconcile_runs, schema_migrations
+    stripe_thin_events, reconcile_runs, sending_pauses, schema_migrations
     FROM :"web", :"worker", :"operator";
 REVOKE ALL ON SEQUENCE email_attempts_id_seq, operator_actions_id_seq, reconcile_runs_id_seq
     FROM :"web", :"worker", :"operator";
@@ -122,9 +122,9 @@ GRANT UPDATE (deliveries, last_received_at) ON stripe_events TO :"web";
 GRANT INSERT (message_key, purpose, account, livemode, invoice_id, source_event_id, fingerprint,
               payload, status, review_reason, invoice_number, customer_email, amount, currency)
     ON email_outbox TO :"web";
-GRANT SELECT (message_key, fingerprint, status, review_reason, available_at, first_attempt_at,
-              lease_token, locked_until, provider_id, sent_at, delivery_status,
-              delivery_status_at, created_at)
+GRANT SELECT (message_key, invoice_id, fingerprint, status, review_reason, available_at,
+              first_attempt_at, lease_token, locked_until, provider_id, sent_at,
+              delivery_status, delivery_status_at, delivery_detail, created_at)
     ON email_outbox TO :"web";
 -- web: thin event notifications (stored, then resolved once their invoice is fetched)
 GRANT SELECT, INSERT ON stripe_thin_events TO :"web";
@@ -133,9 +133,10 @@ GRANT UPDATE (deliveries, last_received_at, fetch_attempts, last_error, status, 
 -- web: Resend delivery webhooks
 GRANT SELECT, INSERT ON resend_events TO :"web";
 GRANT UPDATE (outcome, message_key) ON resend_events TO :"web";
-GRANT UPDATE (delivery_status, delivery_status_at, updated_at) ON email_outbox TO :"web";
+GRANT UPDATE (delivery_status, delivery_status_at, delivery_detail, updated_at)
+    ON email_outbox TO :"web";
 -- web: /metrics
-GRANT SELECT ON email_attempts, reconcile_runs TO :"web";
+GRANT SELECT ON email_attempts, reconcile_runs, sending_pauses TO :"web";
 
 -- worker: claim and record
 GRANT SELECT ON email_outbox TO :"worker";
@@ -148,17 +149,20 @@ GRANT INSERT (message_key, attempt, worker_id, lease_token, finished_at, outcome
 GRANT UPDATE (finished_at, outcome, http_status, provider_error, provider_message, provider_id)
     ON email_attempts TO :"worker";
 GRANT USAGE ON SEQUENCE email_attempts_id_seq TO :"worker";
+-- worker: the sending pause after a quota answer, seen by every worker process
+GRANT SELECT, INSERT, UPDATE, DELETE ON sending_pauses TO :"worker";
 
 -- operator: read everything
 GRANT SELECT ON stripe_events, email_outbox, email_attempts, operator_actions, resend_events,
-    stripe_thin_events, reconcile_runs, schema_migrations TO :"operator";
+    stripe_thin_events, reconcile_runs, sending_pauses, schema_migrations TO :"operator";
 -- operator: review decisions, import, and the ingest of backfill and reconcile
 GRANT INSERT (message_key, purpose, account, livemode, invoice_id, source_event_id, fingerprint,
               payload, status, review_reason, invoice_number, customer_email, amount, currency,
               provider_id, sent_at)
     ON email_outbox TO :"operator";
 GRANT UPDATE (status, review_reason, provider_id, sent_at, attempts, first_attempt_at,
-              available_at, lease_token, locked_until, updated_at)
+              available_at, lease_token, locked_until, updated_at,
+              delivery_status, delivery_status_at, delivery_detail)
     ON email_outbox TO :"operator";
 GRANT INSERT ON stripe_events TO :"operator";
 GRANT UPDATE (deliveries, last_received_at, source) ON stripe_events TO :"operator";

@@ -87,6 +87,48 @@ def test_outbox_gauges_come_from_the_database(client: FlaskClient, db: Db) -> No
     assert value(samples, "receipts_sent_1h") == 1
 
 
+def test_sending_pause_failing_provider_and_lost_receipts_are_gauges(
+    client: FlaskClient, db: Db
+) -> None:
+    """receipts_sending_paused, receipts_provider_failing and the not-delivered counts
+    by status (failed, suppressed) come from the same reads as `receipts status`."""
+    samples = scrape(client)
+    assert value(samples, "receipts_sending_paused") == 0
+    assert value(samples, "receipts_provider_failing") == 0
+    assert value(samples, "receipts_sending_pause_remaining_seconds") is None
+    db.execute(
+        """INSERT INTO sending_pauses (provider, reason, paused_until, worker_id)
+           VALUES ('resend', 'monthly_quota_exceeded', now() + interval '1 hour', 'w')"""
+    )
+    key = insert_row(db, "in_1Gauge", attempts=3, first_attempt_ago=timedelta(minutes=30))
+    for n in range(1, 4):
+        insert_attempt(db, key, attempt=n, started_ago=timedelta(minutes=30 - n),
+                       http_status=502, outcome="retry")  # fmt: skip
+    lost = insert_row(db, "in_1Lost", status="sent", provider_id="re_lost")
+    db.execute(
+        "UPDATE email_outbox SET delivery_status = 'suppressed', delivery_status_at = now()"
+        " WHERE message_key = %s",
+        (lost,),
+    )
+    db.execute(
+        "INSERT INTO resend_events (svix_id, event_type, email_id, message_key, outcome)"
+        " VALUES ('msg_s', 'email.suppressed', 're_lost', %s, 'applied')",
+        (lost,),
+    )
+    samples = scrape(client)
+    assert value(samples, "receipts_sending_paused") == 1
+    left = value(samples, "receipts_sending_pause_remaining_seconds")
+    assert left is not None and 3500 < left <= 3600
+    assert value(samples, "receipts_provider_failing") == 1
+    failing_for = value(samples, "receipts_provider_failing_seconds")
+    assert failing_for is not None and 28 * 60 < failing_for < 30 * 60
+    problems = {
+        status: value(samples, "receipts_delivery_problems_24h", delivery_status=status)
+        for status in ("bounced", "suppressed", "failed", "complained")
+    }
+    assert problems == {"bounced": 0, "suppressed": 1, "failed": 0, "complained": 0}
+
+
 def test_provider_answers_and_latency_of_recent_attempts(client: FlaskClient, db: Db) -> None:
     """Answers by class and latency from email_attempts of the last 15 minutes only."""
     key = insert_row(db, "in_1Lat", status="sent", provider_id="re_1")

@@ -1,4 +1,9 @@
-"""POST /webhooks/resend: Svix-signed delivery events set delivery_status, once, in order."""
+"""POST /webhooks/resend: Svix-signed delivery events set delivery_status, once, in order.
+
+Bodies are shaped as Resend's OpenAPI spec (resend/resend-openapi) has them:
+``{"type", "created_at", "data": {"email_id", "created_at", "tags", …}}``,
+with ``data.failed`` / ``data.suppressed`` / ``data.bounce`` for those types.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +18,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from receipts.config import ConfigError, load_settings
+from receipts.ingest.receipt import resend_tag_value
 from receipts.operations.status_summary import read_status
 from receipts.web import create_app
 from receipts.web.metrics import WEBHOOKS
@@ -224,3 +230,130 @@ def test_text_no_column_can_store_is_a_400_not_a_500(
     assert response.status_code == 400, response.get_data()[:300]
     assert response.is_json
     assert stored_events(db) == []
+
+
+# --- the customer got nothing: failed and suppressed ------------------------------
+
+
+def failed(email_id: str, reason: str = "reached_daily_quota") -> dict[str, Any]:
+    """email.failed as Resend's OpenAPI spec shapes it: data.failed.reason."""
+    document = event("email.failed", email_id)
+    document["data"]["failed"] = {"reason": reason}
+    return document
+
+
+def suppressed(email_id: str) -> dict[str, Any]:
+    """email.suppressed: data.suppressed with reason, type, message, diagnosticCode."""
+    document = event("email.suppressed", email_id)
+    document["data"]["suppressed"] = {
+        "reason": "previous_bounce",
+        "type": "OnAccountSuppressionList",
+        "message": "The recipient's address is on the account suppression list.",
+        "diagnosticCode": ["smtp; 550 5.1.1 user unknown"],
+    }
+    return document
+
+
+@pytest.mark.parametrize(
+    ("document", "status", "detail"),
+    [
+        (failed("re_lost"), "failed", "reached_daily_quota"),
+        (suppressed("re_lost"), "suppressed", "previous_bounce/OnAccountSuppressionList"),
+    ],
+    ids=["failed", "suppressed"],
+)
+def test_failed_and_suppressed_set_the_delivery_status_with_resends_reason(
+    resend: FlaskClient, db: Db, document: dict[str, Any], status: str, detail: str
+) -> None:
+    """The sent receipt takes the status and the reason (machine words only, never
+    Resend's free-text message); the event keeps the reason too; status stays sent."""
+    key = insert_row(db, "in_1Lost", status="sent", provider_id="re_lost")
+    assert post(resend, document).json["outcome"] == "applied"
+    after = row(db, key)
+    assert (after["status"], after["delivery_status"], after["delivery_detail"]) == (
+        "sent",
+        status,
+        detail,
+    )
+    [stored] = stored_events(db)
+    assert (stored["detail"], stored["message_key"]) == (detail, key)
+    assert "suppression list" not in json.dumps(stored, default=str)
+
+
+def test_a_late_delivered_or_delayed_never_hides_a_failure(resend: FlaskClient, db: Db) -> None:
+    """failed outranks delayed and delivered, whatever order they arrive in."""
+    key = insert_row(db, "in_1Late", status="sent", provider_id="re_late")
+    post(resend, event("email.delivery_delayed", "re_late"))
+    post(resend, failed("re_late", "invalid_recipient"))
+    assert post(resend, event("email.delivered", "re_late")).json["outcome"] == "stale"
+    assert (row(db, key)["delivery_status"], row(db, key)["delivery_detail"]) == (
+        "failed",
+        "invalid_recipient",
+    )
+
+
+def test_a_reason_that_is_not_machine_words_is_cut_down(resend: FlaskClient, db: Db) -> None:
+    """Control characters, quotes and length are stripped from what Resend sent."""
+    key = insert_row(db, "in_1Odd", status="sent", provider_id="re_odd")
+    post(resend, failed("re_odd", "bad\n'reason'<script>" + "x" * 200))
+    detail = row(db, key)["delivery_detail"]
+    assert detail is not None and len(detail) <= 60 and detail.startswith("badreasonscript")
+
+
+# --- evidence: a send the worker never recorded ------------------------------------
+
+
+def tagged(event_type: str, email_id: str, key: str) -> dict[str, Any]:
+    """An event carrying the message_key tag our payloads set (see receipt.py)."""
+    document = event(event_type, email_id)
+    document["data"]["tags"] = {"message_key": resend_tag_value(key)}
+    return document
+
+
+@pytest.mark.parametrize("event_type", ["email.sent", "email.delivered"])
+def test_an_unknown_email_whose_tag_names_a_receipt_is_evidence_for_it(
+    resend: FlaskClient, db: Db, event_type: str
+) -> None:
+    """The worker died after Resend accepted: no row has the email id, but the tag
+    names the receipt. The event is stored as evidence for it, with when Resend
+    accepted the email; the row itself is left for a person to resolve."""
+    key = insert_row(db, "in_1Died", status="review", review_reason="attempts_exhausted")
+    insert_row(db, "in_1Died", account="acct_1Other")  # same invoice, other account
+    assert post(resend, tagged(event_type, "re_accepted", key)).json["outcome"] == "evidence"
+    [stored] = stored_events(db)
+    assert (stored["outcome"], stored["message_key"], stored["email_id"]) == (
+        "evidence",
+        key,
+        "re_accepted",
+    )
+    assert stored["email_created_at"] == datetime(2026, 11, 30, 0, 59, 58, tzinfo=UTC)
+    assert row(db, key)["status"] == "review" and row(db, key)["provider_id"] is None
+
+
+def test_a_resend_is_named_by_its_own_tag(resend: FlaskClient, db: Db) -> None:
+    """The tag of a deliberate resend (…/resend-1) names that row, not the original."""
+    original = insert_row(db, "in_1Copy", status="sent", provider_id="re_first")
+    copy = insert_row(db, "in_1Copy", key=f"{original}/resend-1")
+    assert post(resend, tagged("email.sent", "re_copy", copy)).json["outcome"] == "evidence"
+    assert stored_events(db)[0]["message_key"] == copy
+
+
+def test_a_tag_that_names_no_receipt_is_not_evidence(resend: FlaskClient, db: Db) -> None:
+    """Another sender on the same Resend account: email.sent is ignored, a status
+    event is an unknown email, as before; nothing is linked to a receipt."""
+    other = tagged("email.sent", "re_someone", "platform/test/in_1Else/invoice-paid")
+    assert post(resend, other).json["outcome"] == "ignored"
+    delivered = tagged("email.delivered", "re_someone", "platform/test/in_1Else/invoice-paid")
+    assert post(resend, delivered).json["outcome"] == "unknown_email"
+    assert post(resend, event("email.sent", "re_untagged")).json["outcome"] == "ignored"
+    assert {e["message_key"] for e in stored_events(db)} == {None}
+
+
+def test_email_sent_for_a_recorded_email_is_linked_and_changes_nothing(
+    resend: FlaskClient, db: Db
+) -> None:
+    """The normal case: the row knows the id; email.sent sets no status."""
+    key = insert_row(db, "in_1Normal", status="sent", provider_id="re_normal")
+    assert post(resend, tagged("email.sent", "re_normal", key)).json["outcome"] == "ignored"
+    assert stored_events(db)[0]["message_key"] == key
+    assert row(db, key)["delivery_status"] is None

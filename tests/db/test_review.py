@@ -18,7 +18,7 @@ from receipts.delivery.worker import provider_from_settings, run_worker
 from receipts.operations.review import Decider, Refused, dismiss, resolve
 from receipts.web import create_app
 from tests import stripe_events
-from tests.fake_provider import running_fake_provider
+from tests.fake_provider import MESSAGES, running_fake_provider
 from tests.outbox_states import Db, actions, insert_attempt, insert_row, row
 from tests.resend_events import SECRET as RESEND_SECRET
 from tests.resend_events import event as resend_event
@@ -91,7 +91,8 @@ def test_list_shows_what_support_needs_to_act_and_json_carries_the_same(
     assert "invoice ACME-0102  $42.00  to jenny@@example" in out
     assert "platform/test/in_1Refused/invoice-paid  validation_error  age" in out
     assert "invoice ACME-0103  $19.99  to jenny.rosen@example.com" in out
-    assert 'provider said: HTTP 422 validation_error: "fake provider: validation_error"' in out
+    said = MESSAGES["validation_error"]
+    assert f'provider said: HTTP 422 validation_error: "{said}"' in out
 
     assert review(operator_env, "list", "--json") == 0
     by_key = {entry["message_key"]: entry for entry in json.loads(capsys.readouterr().out)}
@@ -104,7 +105,7 @@ def test_list_shows_what_support_needs_to_act_and_json_carries_the_same(
     )  # fmt: skip
     assert refused["provider_http_status"] == 422
     assert refused["provider_error"] == "validation_error"
-    assert refused["provider_message"] == "fake provider: validation_error"
+    assert refused["provider_message"] == MESSAGES["validation_error"]
     assert 0 <= refused["age_seconds"] < 60
     malformed = by_key["platform/test/in_1BadTo/invoice-paid"]
     assert malformed["customer_email"] == "jenny@@example" and not malformed["has_email"]
@@ -129,6 +130,36 @@ def test_list_flags_only_rows_whose_tag_the_provider_reported(
         r["message_key"]: r["provider_reported_send"] for r in json.loads(capsys.readouterr().out)
     }
     assert flags == {reported: True, quiet: False}
+
+
+def test_list_offers_the_evidence_of_an_unrecorded_send(
+    operator_env: dict[str, str], db: Db, capsys: Any
+) -> None:
+    """An ambiguous review row with evidence (Resend's email.sent naming it by tag) is
+    offered for resolution with that email's id and acceptance time; --json carries it."""
+    key = insert_row(db, "in_1Offer", status="review", review_reason="attempts_exhausted")
+    db.execute(
+        """INSERT INTO resend_events (svix_id, event_type, email_id, message_key, message_tag,
+                                      outcome, email_created_at)
+           VALUES ('msg_offer', 'email.sent', 're_offered', %s, %s, 'evidence',
+                   '2026-11-30T00:59:58Z')""",
+        (key, key.replace("/", "_")),
+    )
+    assert review(operator_env, "list") == 0
+    out = capsys.readouterr().out
+    assert (
+        "Resend accepted it at 2026-11-30T00:59:58+00:00 as email re_offered; "
+        "resolve with this id?" in out
+    )
+    assert (
+        f"receipts review resolve {key} --provider-id re_offered "
+        "--sent-at 2026-11-30T00:59:58+00:00" in out
+    )
+    assert review(operator_env, "list", "--json") == 0
+    [listed] = json.loads(capsys.readouterr().out)
+    assert listed["evidence"] == [
+        {"email_id": "re_offered", "accepted_at": "2026-11-30 00:59:58+00:00"}
+    ]
 
 
 def test_list_when_nothing_waits(operator_env: dict[str, str], capsys: Any) -> None:

@@ -18,6 +18,7 @@ import re
 import subprocess
 import sys
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -93,6 +94,12 @@ SAMPLE_PARAMETERS: dict[str, Any] = {
     "customer_email": "jenny.rosen@example.com",
     "amount": 1999,
     "currency": "usd",
+    "provider": "resend",
+    "pause_seconds": 3600.0,
+    "reason": "daily_quota_exceeded",
+    "email_created_at": datetime(2026, 11, 30, 0, 59, tzinfo=UTC),
+    "invoice_ids": ["in_1Sample"],
+    "tag": "platform_test_in_1Sample_invoice-paid",
 }
 _PARAMETER = re.compile(r"%\((\w+)\)s")
 # Statements the planner can check without running them; others run for real.
@@ -186,6 +193,48 @@ def test_web_role_records_delivery_events(roles: dict[str, str], db: Db) -> None
             ),
         )
     assert outcome == "applied" and row(db, key)["delivery_status"] == "delivered"
+
+
+def test_web_role_records_failures_and_evidence(roles: dict[str, str], db: Db) -> None:
+    """email.failed sets the status with its reason, and an email.sent whose tag names
+    a receipt is stored as evidence for it, both as receipts_web."""
+    sent = insert_row(db, "in_1WebFail", status="sent", provider_id="re_fail")
+    waiting = insert_row(db, "in_1WebEvid", status="review", review_reason="attempts_exhausted")
+    events = [
+        DeliveryEvent(svix_id="msg_f", event_type="email.failed", email_id="re_fail",
+                      occurred_at=None, detail="reached_daily_quota"),
+        DeliveryEvent(svix_id="msg_e", event_type="email.sent", email_id="re_unrecorded",
+                      occurred_at=None, message_tag=waiting.replace("/", "_")),
+    ]  # fmt: skip
+    with psycopg.connect(roles["web"], row_factory=dict_row) as conn, conn.transaction():
+        outcomes = [record_delivery_event(conn, event) for event in events]
+    assert outcomes == ["applied", "evidence"]
+    assert (row(db, sent)["delivery_status"], row(db, sent)["delivery_detail"]) == (
+        "failed",
+        "reached_daily_quota",
+    )
+
+
+def test_worker_role_records_reads_and_lifts_the_sending_pause(
+    roles: dict[str, str], db: Db
+) -> None:
+    """A quota answer's pause is written, read and cleared as receipts_worker."""
+    from receipts.delivery.decisions import QuotaPause
+    from receipts.delivery.sending_pause import clear_pause, current_pause, record_pause
+    from receipts.vocabulary import PauseReason
+
+    with psycopg.connect(roles["worker"], row_factory=dict_row) as conn:
+        with conn.transaction():
+            quota = QuotaPause(reason=PauseReason.DAILY_QUOTA, seconds=600)
+            recorded = record_pause(conn, "resend", quota, "w-role")
+        with conn.transaction():
+            assert current_pause(conn, "resend") == replace(
+                recorded,
+                seconds_left=current_pause(conn, "resend").seconds_left,  # type: ignore[union-attr]
+            )
+        with conn.transaction():
+            assert clear_pause(conn, "resend") is not None
+    assert db.execute("SELECT count(*) AS n FROM sending_pauses").fetchone() == {"n": 0}
 
 
 def test_worker_role_claims_and_records_but_cannot_create_or_delete(
@@ -569,7 +618,12 @@ def test_the_privilege_check_names_what_a_role_lacks(roles: dict[str, str], db: 
     statement and the privilege, not only the server's message."""
     with psycopg.connect(roles["web"], row_factory=dict_row) as conn:
         found = {refusal.statement: refusal for refusal in privileges.refusals(conn, "worker")}
-    assert set(found) == {"delivery.sql: claim_ready", "delivery.sql: record_attempts"}
+    assert set(found) == {
+        "delivery.sql: claim_ready",
+        "delivery.sql: record_attempts",
+        "delivery.sql: record_sending_pause",
+        "delivery.sql: clear_sending_pause",
+    }
     claim = found["delivery.sql: claim_ready"]
     assert claim.reason.startswith("permission denied for table")
     assert "on email_outbox" in claim.needs or "on email_attempts" in claim.needs
@@ -647,7 +701,7 @@ def test_a_refused_command_prints_no_traceback(
 ) -> None:
     """The real console script as the web role: one line on stderr, exit 2."""
     result = subprocess.run(
-        [sys.executable, "-m", "receipts.cli", "show", "in_1Anything"],
+        [sys.executable, "-m", "receipts.cli", "review", "list"],
         env={**environ, "DATABASE_URL": roles["web"], "PATH": "/usr/bin:/bin"},
         capture_output=True,
         text=True,

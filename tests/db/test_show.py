@@ -14,7 +14,7 @@ from receipts.config import load_settings
 from receipts.ingest.receipt import resend_tag_value
 from receipts.web import create_app
 from tests import stripe_events
-from tests.outbox_states import BODY_TEXT, INVOICE_URL, Db, insert_attempt, insert_row
+from tests.outbox_states import BODY_TEXT, INVOICE_URL, Db, insert_attempt, insert_row, row
 from tests.resend_events import SECRET as RESEND_SECRET
 from tests.resend_events import event as resend_event
 from tests.resend_events import post as post_resend
@@ -150,8 +150,9 @@ def test_a_send_the_worker_never_recorded_is_shown_from_its_delivery_event(
     environ: dict[str, str], db: Db, capsys: Any
 ) -> None:
     """The worker died after the provider accepted: the row has no provider id, but
-    Resend's delivery event carries the message_key tag. show and review list point
-    at it, and resolve closes the case with that id."""
+    Resend's delivery event carries the message_key tag, so it is stored as evidence
+    for the row. show and review list offer its id and acceptance time, and resolve
+    closes the case with that id and takes the delivery status Resend reported."""
     key = insert_row(db, "in_1Evidence", status="review", review_reason="retry_window_elapsed")
     insert_attempt(db, key, started_ago=timedelta(hours=25), finished=False)
     app = create_app(load_settings({**environ, "RESEND_WEBHOOK_SECRET": RESEND_SECRET}))
@@ -161,17 +162,28 @@ def test_a_send_the_worker_never_recorded_is_shown_from_its_delivery_event(
         answer = post_resend(app.test_client(), document)
     finally:
         app.extensions["receipts"].database.close()
-    assert answer.json["outcome"] == "unknown_email"
+    assert answer.json["outcome"] == "evidence"
 
     assert main(["show", key], environ) == 0
     out = capsys.readouterr().out
     assert "email re_unrecorded not recorded on this receipt (matched by tag)" in out
-    assert f"receipts review resolve {key} --provider-id re_unrecorded" in out
+    accepted = "2026-11-30T00:59:58+00:00"  # data.created_at of the event
+    assert f"Resend accepted email re_unrecorded with this receipt's tag at {accepted}" in out
+    assert f"receipts review resolve {key} --provider-id re_unrecorded --sent-at {accepted}" in out
     assert main(["review", "list"], {**environ, "USER": "op"}) == 0
-    assert "the provider reported sending it" in capsys.readouterr().out
-    resolve = ["review", "resolve", key, "--provider-id", "re_unrecorded", "--reason", "tag"]
+    listed = capsys.readouterr().out
+    assert (
+        f"Resend accepted it at {accepted} as email re_unrecorded; resolve with this id?" in listed
+    )
+    resolve = ["review", "resolve", key, "--provider-id", "re_unrecorded", "--sent-at", accepted,
+               "--reason", "Resend reported it sent"]  # fmt: skip
     assert main(resolve, {**environ, "USER": "op"}) == 0
-    assert db.execute("SELECT status FROM email_outbox").fetchone() == {"status": "sent"}
+    resolved = row(db, key)
+    assert (resolved["status"], resolved["provider_id"], resolved["delivery_status"]) == (
+        "sent",
+        "re_unrecorded",
+        "delivered",
+    )
 
 
 def test_an_import_cannot_store_a_time_show_could_not_read(
@@ -188,3 +200,41 @@ def test_an_import_cannot_store_a_time_show_could_not_read(
     assert "is before 2000-01-01" in capsys.readouterr().err
     assert main(["show", "in_1Ancient"], environ) == 1
     assert "no receipt found for invoice id 'in_1Ancient'" in capsys.readouterr().err
+
+
+def test_a_failed_or_suppressed_receipt_shows_resends_reason(
+    environ: dict[str, str], db: Db, capsys: Any
+) -> None:
+    """email.failed arrives for a sent receipt: show says the customer did not get
+    it, with Resend's reason, and lists the event with it."""
+    key = insert_row(db, "in_1Failed", status="sent", provider_id="re_failed")
+    app = create_app(load_settings({**environ, "RESEND_WEBHOOK_SECRET": RESEND_SECRET}))
+    try:
+        document = resend_event("email.failed", "re_failed")
+        document["data"]["failed"] = {"reason": "reached_daily_quota"}
+        assert post_resend(app.test_client(), document).json["outcome"] == "applied"
+    finally:
+        app.extensions["receipts"].database.close()
+    assert main(["show", key], environ) == 0
+    out = capsys.readouterr().out
+    assert "delivery      failed (reached_daily_quota) at " in out
+    assert "the customer did not get it" in out
+    assert "email.failed (applied) svix id" in out and "reason reached_daily_quota" in out
+
+
+def test_a_second_email_with_a_sent_receipts_tag_is_pointed_out(
+    environ: dict[str, str], db: Db, capsys: Any
+) -> None:
+    """Resend reports another email id with the tag of a receipt recorded as sent:
+    show warns that the customer may have two copies."""
+    key = insert_row(db, "in_1Twice", status="sent", provider_id="re_first")
+    db.execute(
+        """INSERT INTO resend_events (svix_id, event_type, email_id, message_key, message_tag,
+                                      outcome)
+           VALUES ('msg_twice', 'email.sent', 're_second', %s, %s, 'evidence')""",
+        (key, resend_tag_value(key)),
+    )
+    assert main(["show", key], environ) == 0
+    assert "Resend also reported email re_second with this receipt's tag" in (
+        capsys.readouterr().out
+    )

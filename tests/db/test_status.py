@@ -201,3 +201,109 @@ def test_the_installed_command_is_a_health_check(environ: dict[str, str], db: Db
     finished = subprocess.run([script, "status"], env=env, capture_output=True, text=True)
     assert finished.returncode == 1
     assert "NEEDS A PERSON" in finished.stdout
+
+
+# --- what stops receipts from reaching customers ----------------------------------
+
+
+def _not_delivered(db: Db, invoice_id: str, status: str, detail: str | None) -> str:
+    key = insert_row(db, invoice_id, status="sent", provider_id=f"re_{invoice_id}")
+    db.execute(
+        """UPDATE email_outbox SET delivery_status = %s, delivery_detail = %s,
+                                   delivery_status_at = now() WHERE message_key = %s""",
+        (status, detail, key),
+    )
+    db.execute(
+        """INSERT INTO resend_events (svix_id, event_type, email_id, message_key, outcome, detail)
+           VALUES (%s, %s, %s, %s, 'applied', %s)""",
+        (f"msg_{invoice_id}", f"email.{status}", f"re_{invoice_id}", key, detail),
+    )
+    return key
+
+
+@pytest.mark.parametrize(
+    ("status", "detail"), [("failed", "reached_daily_quota"), ("suppressed", "previous_bounce")]
+)
+def test_a_failed_or_suppressed_receipt_needs_a_person(
+    environ: dict[str, str], db: Db, capsys: Any, status: str, detail: str
+) -> None:
+    """Resend never tried to deliver it: counted as not delivered, with Resend's reason,
+    and status exits 1 (a bounce stays information, see above)."""
+    key = _not_delivered(db, "in_1NotDel", status, detail)
+    code, document = status_json(environ, capsys)
+    assert code == 1
+    assert [p["message_key"] for p in document["delivery_problems_24h"]] == [key]
+    assert document["delivery_problems_24h"][0]["delivery_detail"] == detail
+    assert any("not delivered in the last 24 h" in p for p in document["needs_person"])
+    assert main(["status"], environ) == 1
+    out = capsys.readouterr().out
+    assert f"{status:<10} {key}  ({detail})" in out
+    assert f"not delivered   1 in the last 24 h: {status} 1" in out
+
+
+def test_a_sending_pause_needs_a_person_and_says_until_when(
+    environ: dict[str, str], db: Db, capsys: Any
+) -> None:
+    """A quota pause recorded by a worker: "sending paused: daily quota until …", exit 1."""
+    db.execute(
+        """INSERT INTO sending_pauses (provider, reason, paused_at, paused_until, worker_id)
+           VALUES ('resend', 'daily_quota_exceeded', '2026-11-30T18:00:00Z',
+                   now() + interval '3 hours', 'host:1:abc')"""
+    )
+    code, document = status_json(environ, capsys)
+    assert code == 1
+    [pause] = document["sending_pauses"]
+    assert pause["reason"] == "daily_quota_exceeded" and 10700 < pause["seconds_left"] <= 10800
+    assert document["needs_person"][0].startswith("sending paused: daily quota until ")
+    assert main(["status"], environ) == 1
+    out = capsys.readouterr().out
+    assert "NEEDS A PERSON: sending paused: daily quota until " in out
+    assert "receipts worker --resume" in out
+    insert_row(db, "in_1Waiting", available_ago=timedelta(hours=1))
+    code, document = status_json(environ, capsys)
+    assert document["needs_person"][-1].endswith("(limit 15m 00s): sending is paused")
+
+
+def test_an_expired_pause_is_not_reported(environ: dict[str, str], db: Db, capsys: Any) -> None:
+    db.execute(
+        """INSERT INTO sending_pauses (provider, reason, paused_at, paused_until, worker_id)
+           VALUES ('resend', 'daily_quota_exceeded', now() - interval '2 days',
+                   now() - interval '1 day', 'host:1:abc')"""
+    )
+    code, document = status_json(environ, capsys)
+    assert (code, document["sending_pauses"]) == (0, [])
+
+
+def test_a_provider_whose_recent_answers_are_all_retries_is_failing(
+    environ: dict[str, str], db: Db, capsys: Any
+) -> None:
+    """A send at 40 min ago, then three retries (timeout, 503, connection error) since
+    30 min ago: "provider failing since" the first of them, exit 1. One answer that
+    shows the provider working (a rate limit) ends the run of failures."""
+    key = insert_row(db, "in_1Failing", attempts=3, first_attempt_ago=timedelta(minutes=30))
+    insert_attempt(db, key, attempt=1, started_ago=timedelta(minutes=40), outcome="sent")
+    for n, (ago, http) in enumerate([(30, None), (20, 503), (10, None)], start=2):
+        insert_attempt(db, key, attempt=n, started_ago=timedelta(minutes=ago),
+                       http_status=http, outcome="retry")  # fmt: skip
+    code, document = status_json(environ, capsys)
+    assert code == 1
+    failing = document["provider_failing"]
+    assert failing is not None and failing["failures"] == 3
+    assert any(p.startswith("provider failing since ") for p in document["needs_person"])
+    assert main(["status"], environ) == 1
+    assert "provider        failing since " in capsys.readouterr().out
+    insert_attempt(db, key, attempt=5, started_ago=timedelta(minutes=5), http_status=429,
+                   outcome="rate_limited")  # fmt: skip
+    code, document = status_json(environ, capsys)
+    assert (code, document["provider_failing"]) == (0, None)
+
+
+def test_two_retries_or_old_ones_are_not_a_failing_provider(
+    environ: dict[str, str], db: Db, capsys: Any
+) -> None:
+    """Fewer than three in a row, or none in the last hour: not flagged."""
+    key = insert_row(db, "in_1Blip", attempts=2, first_attempt_ago=timedelta(hours=3))
+    for n, ago in enumerate([180, 170, 160], start=1):
+        insert_attempt(db, key, attempt=n, started_ago=timedelta(minutes=ago), outcome="retry")
+    code, document = status_json(environ, capsys)
+    assert (code, document["provider_failing"]) == (0, None)

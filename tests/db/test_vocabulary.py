@@ -19,9 +19,19 @@ from psycopg.rows import TupleRow
 
 from receipts import migrations
 from receipts.migrations import load_migrations, migrate
-from receipts.vocabulary import AttemptOutcome, DeliveryStatus, IngestOutcome, RowStatus
+from receipts.vocabulary import (
+    AttemptOutcome,
+    DeliveryEventOutcome,
+    DeliveryStatus,
+    IngestOutcome,
+    PauseReason,
+    RowStatus,
+)
 
 _QUOTED_VALUE = re.compile(r"'((?:[^']|'')*)'::text")
+# What the worker wrote before migration 006 added rate_limited and quota_exceeded.
+OUTCOMES_BEFORE_006 = ["sent", "retry", "review", "lease_lost", "config_error", "released",
+                       "skipped_cutoff", "skipped_budget"]  # fmt: skip
 
 
 def allowed_values(database_url: str, table: str, column: str) -> set[str]:
@@ -52,6 +62,9 @@ def allowed_values(database_url: str, table: str, column: str) -> set[str]:
         ("email_outbox", "status", RowStatus),
         ("stripe_events", "outcome", IngestOutcome),
         ("email_attempts", "outcome", AttemptOutcome),
+        ("email_outbox", "delivery_status", DeliveryStatus),
+        ("resend_events", "outcome", DeliveryEventOutcome),
+        ("sending_pauses", "reason", PauseReason),
     ],
 )
 def test_check_constraints_list_exactly_the_vocabulary(
@@ -108,7 +121,7 @@ def _migrations_up_to(version: int, directory: Path) -> Path:
 def test_the_outcome_check_applies_over_existing_attempts(
     empty_database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A database at migration 3 holding every outcome the worker writes upgrades cleanly."""
+    """A database at migration 3 holding every outcome the worker wrote then upgrades cleanly."""
     earlier = _migrations_up_to(3, tmp_path / "sql")
     with monkeypatch.context() as patch:
         patch.setattr(migrations, "migrations_dir", lambda: earlier)
@@ -116,11 +129,43 @@ def test_the_outcome_check_applies_over_existing_attempts(
     with psycopg.connect(empty_database_url, autocommit=True) as conn:
         _insert_outbox_row(conn)
         _insert_attempt(conn, None)
-        for outcome in AttemptOutcome:
+        for outcome in OUTCOMES_BEFORE_006:
             _insert_attempt(conn, outcome)
     assert migrate(empty_database_url)[0] == "004_attempt_outcome_check"
     allowed = allowed_values(empty_database_url, "email_attempts", "outcome")
     assert allowed == {outcome.value for outcome in AttemptOutcome}
+
+
+def test_the_provider_contract_migration_applies_over_every_word_written_before_it(
+    empty_database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A database at migration 6 holding every attempt outcome, delivery status and
+    delivery event outcome written before 007 upgrades cleanly, and then accepts
+    the new words (rate_limited, quota_exceeded, failed, suppressed, evidence)."""
+    earlier = _migrations_up_to(6, tmp_path / "sql")
+    with monkeypatch.context() as patch:
+        patch.setattr(migrations, "migrations_dir", lambda: earlier)
+        migrate(empty_database_url)
+    with psycopg.connect(empty_database_url, autocommit=True) as conn:
+        _insert_outbox_row(conn)
+        for outcome in [None, *OUTCOMES_BEFORE_006]:
+            _insert_attempt(conn, outcome)
+        for status in ("delayed", "delivered", "bounced", "complained"):
+            conn.execute("UPDATE email_outbox SET delivery_status = %s", (status,))
+        for n, outcome in enumerate(("applied", "stale", "unknown_email", "ignored")):
+            conn.execute(
+                "INSERT INTO resend_events (svix_id, event_type, outcome) VALUES (%s, 'x', %s)",
+                (f"msg_{n}", outcome),
+            )
+    assert migrate(empty_database_url) == ["007_provider_contract"]
+    with psycopg.connect(empty_database_url, autocommit=True) as conn:
+        _insert_attempt(conn, "rate_limited")
+        _insert_attempt(conn, "quota_exceeded")
+        conn.execute("UPDATE email_outbox SET delivery_status = 'suppressed'")
+        conn.execute("INSERT INTO resend_events (svix_id, event_type, outcome) "
+                     "VALUES ('msg_new', 'email.sent', 'evidence')")  # fmt: skip
+        with pytest.raises(psycopg.errors.CheckViolation):
+            conn.execute("UPDATE email_outbox SET delivery_status = 'lost'")
 
 
 def test_an_unknown_outcome_stops_the_release_and_changes_nothing(

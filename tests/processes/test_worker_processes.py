@@ -57,6 +57,7 @@ def worker_env(database_url: str, fake: FakeProviderClient, **extra: str) -> dic
         "RESEND_API_URL": fake.url,
         "RECEIPTS_PROVIDER_TIMEOUT": "2",
         "RECEIPTS_PROVIDER_CONNECT_TIMEOUT": "1",
+        "RECEIPTS_SEND_RATE": "0",
         "LOG_FORMAT": "json",
     }
     env.update(extra)
@@ -166,6 +167,93 @@ def test_a_refused_api_key_exits_2_naming_it_and_leaves_rows_pending(
     assert db.execute(
         "SELECT status, sum(attempts) AS a FROM email_outbox GROUP BY 1"
     ).fetchall() == [{"status": "pending", "a": 0}]
+
+
+def run_command(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*RECEIPTS, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
+
+
+def test_a_quota_pauses_every_worker_process_and_status_says_until_when(
+    db: DB, database_url: str, fake: FakeProviderClient
+) -> None:
+    """The fake's daily quota (3) runs out: the first worker process sends 3 and exits 4
+    with one line naming the quota; a second process, started afterwards, sends nothing
+    and exits 4 the same way; `receipts status` says "sending paused: daily quota until"
+    and exits 1; no attempt of the waiting rows was spent. After the plan is upgraded,
+    `receipts worker --resume` lifts the pause and sends the rest."""
+    insert_pending(db, 8)
+    fake.configure(daily_quota=3)
+    env = worker_env(database_url, fake)
+    code, out, err = finish(start_worker(env, "--concurrency", "2"))
+    assert code == 4, err
+    assert "sent=3 " in out
+    [line] = [line for line in err.splitlines() if line.startswith("receipts worker: stopped")]
+    assert line.startswith("receipts worker: stopped: sending paused: daily quota until ")
+    assert line.endswith("UTC (HTTP 429 daily_quota_exceeded)")
+    requests_after_first = fake.stats()["requests"]
+
+    code, out, err = finish(start_worker(env))
+    assert code == 4 and "sent=0 " in out
+    assert "receipts worker: stopped: sending paused: daily quota until " in err
+    assert fake.stats()["requests"] == requests_after_first
+
+    status = run_command(env, "status")
+    assert status.returncode == 1
+    assert "NEEDS A PERSON: sending paused: daily quota until " in status.stdout
+    assert db.execute(
+        "SELECT count(*) AS n, sum(attempts) AS spent FROM email_outbox WHERE status = 'pending'"
+    ).fetchone() == {"n": 5, "spent": 0}
+
+    fake.configure(daily_quota=None)
+    code, out, err = finish(start_worker(env, "--resume"))
+    assert code == 0, err
+    assert "lifted: sending paused: daily quota until" in err and "sent=5 " in out
+    assert run_command(env, "status").returncode == 0
+
+
+def test_a_provider_failing_every_send_exits_5_naming_it(db: DB, database_url: str) -> None:
+    """Resend unreachable: exit 5 with one line saying every send failed (a cron job
+    failing every minute no longer looks healthy); the rows wait as pending."""
+    insert_pending(db, 3)
+    env = worker_env(database_url, FakeProviderClient("http://127.0.0.1:9"))
+    code, out, err = finish(start_worker(env))
+    assert code == 5, err
+    assert "retried=3 " in out
+    assert "receipts worker: provider failing: every one of 3 send(s) failed" in err
+
+
+def test_a_wrong_resend_api_url_exits_2_naming_it_and_spends_no_attempt(
+    db: DB, database_url: str, fake: FakeProviderClient
+) -> None:
+    """RESEND_API_URL with a wrong path answers 404 not_found: exit 2 naming
+    RESEND_API_URL, one request, every row pending with no attempt spent."""
+    insert_pending(db, 10)
+    env = worker_env(database_url, fake, RESEND_API_URL=fake.url + "/v1")
+    code, _, err = finish(start_worker(env))
+    assert code == 2 and "RESEND_API_URL" in err and "HTTP 404 not_found" in err
+    assert db.execute(
+        "SELECT status, sum(attempts) AS a FROM email_outbox GROUP BY 1"
+    ).fetchall() == [{"status": "pending", "a": 0}]
+
+
+def test_an_api_key_that_is_not_a_key_stops_at_start_naming_it(
+    db: DB, database_url: str, fake: FakeProviderClient
+) -> None:
+    """A key with a character outside Latin-1 used to fail inside every send (0
+    requests, exit 0); now the worker stops before any, with one line naming it."""
+    insert_pending(db, 2)
+    env = worker_env(
+        database_url, fake, RESEND_API_KEY="re_k\u00e9y".encode().decode("unicode_escape")
+    )
+    code, out, err = finish(start_worker(env))
+    assert code == 2 and out == ""
+    assert err.strip().splitlines() == [
+        "receipts: configuration error: RESEND_API_KEY: must be a Resend API key: re_ followed "
+        "by printable ASCII characters (no spaces or quotes)"
+    ]
+    assert fake.stats()["requests"] == 0
 
 
 def test_no_provider_configured_exits_2_naming_resend_api_key(database_url: str) -> None:

@@ -24,7 +24,41 @@ def test_defaults_follow_the_design() -> None:
     assert settings.retry_cutoff_hours == 23.0
     assert settings.max_attempts == 10
     assert settings.provider_timeout <= 10.0
-    assert settings.send_rate == 0.0
+    assert settings.send_rate is None  # the provider's own default: Resend's 5/s
+
+
+def test_the_send_rate_defaults_to_resends_documented_team_rate() -> None:
+    """Unset: Resend's 5 requests/s (the .eml sink: no cap); 0 still means no cap."""
+    from receipts.delivery.configured import send_rate
+    from receipts.delivery.providers import FileSinkProvider, ResendProvider
+
+    resend = ResendProvider(api_url="https://api.resend.com", api_key="re_x",
+                            connect_timeout=1, read_timeout=1)  # fmt: skip
+    sink = FileSinkProvider(Path("/tmp"))
+    assert send_rate(load_settings(VALID), resend) == 5.0
+    assert send_rate(load_settings(VALID), sink) == 0.0
+    assert send_rate(load_settings({**VALID, "RECEIPTS_SEND_RATE": "0"}), resend) == 0.0
+    assert send_rate(load_settings({**VALID, "RECEIPTS_SEND_RATE": "2.5"}), resend) == 2.5
+
+
+@pytest.mark.parametrize(
+    "key", ["sk_live_abc", "re_", "re_k\u00e9y", "re_abc def", '"re_abc"', "re_abc\u2028", "RE_abc"]
+)
+def test_a_resend_api_key_that_is_not_a_key_stops_start_up_naming_the_variable(key: str) -> None:
+    """Not re_… in printable ASCII (a non-Latin-1 character would fail inside every
+    send): one line naming RESEND_API_KEY, and the key itself is not repeated."""
+    key = key.encode().decode("unicode_escape")
+    with pytest.raises(ConfigError) as raised:
+        load_settings({**VALID, "RESEND_API_KEY": key})
+    message = str(raised.value)
+    assert message.startswith("RESEND_API_KEY: ") and "\n" not in message
+    assert len(key) < 5 or key not in message
+
+
+def test_a_resend_api_key_of_the_documented_shape_is_accepted() -> None:
+    """re_ followed by letters, digits and underscores, as Resend issues them."""
+    settings = load_settings({**VALID, "RESEND_API_KEY": "re_123456789_AbCdEf"})
+    assert settings.resend_api_key == "re_123456789_AbCdEf"
 
 
 @pytest.mark.parametrize(

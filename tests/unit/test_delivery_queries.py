@@ -9,8 +9,16 @@ DELIVERY = queries.load("delivery")
 
 
 def test_the_worker_runs_exactly_these_statements() -> None:
-    """The names the delivery code asks for (claims, listener) are the file's names."""
-    assert set(DELIVERY) == {"claim_ready", "record_attempts", "listen"}
+    """The names the delivery code asks for (claims, listener, the sending pause) are
+    the file's names."""
+    assert set(DELIVERY) == {
+        "claim_ready",
+        "record_attempts",
+        "listen",
+        "record_sending_pause",
+        "current_sending_pause",
+        "clear_sending_pause",
+    }
 
 
 def test_each_statement_has_its_name_line_then_one_guarantee_line() -> None:

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from receipts.delivery.pacing import RateLimiter
+from receipts.delivery.pacing import RATE_MARGIN, RateLimiter
 from receipts.delivery.rows_in_hand import ClaimSizing, RowsInHand, claim_sizing
 
 FAR = float("inf")
@@ -55,6 +55,53 @@ def test_a_shorter_pause_never_shortens_a_longer_one() -> None:
     assert limiter.paused_for() > 9.0
 
 
+def test_a_pause_says_whether_it_is_a_new_wait() -> None:
+    """pause() is True when it extends the pause (worth a log line), False when a
+    longer one was already on."""
+    limiter = RateLimiter(0.0)
+    assert limiter.pause(5.0)
+    assert not limiter.pause(1.0)
+    assert limiter.pause(10.0)
+
+
+def test_a_hold_can_be_lifted_before_it_ends() -> None:
+    """The quota pause is a hold: no slot while it is on, at once after release()."""
+    limiter = RateLimiter(0.0)
+    halt = threading.Event()
+    limiter.hold(3600.0)
+    assert limiter.paused_for() > 3500
+    assert not limiter.acquire(time.monotonic() + 0.1, halt)
+    limiter.release()
+    assert limiter.paused_for() == 0.0
+    assert limiter.acquire(time.monotonic() + 0.1, halt)
+
+
+def test_the_provider_limit_slows_the_pace_with_a_margin_but_never_speeds_it_up() -> None:
+    """Configured at 5/s (1.05/5 s apart): a provider saying 2/s spaces sends 1.05/2 s
+    apart; one saying 10/s leaves the configured spacing; with no cap (0) the
+    provider's limit is left to its 429s."""
+    limiter = RateLimiter(5.0)
+    assert limiter.interval == pytest.approx((1 + RATE_MARGIN) / 5.0)
+    limiter.follow_provider_rate(2.0)
+    assert limiter.interval == pytest.approx((1 + RATE_MARGIN) / 2.0)
+    capped = RateLimiter(5.0)
+    capped.follow_provider_rate(10.0)
+    assert capped.interval == pytest.approx(0.21)
+    uncapped = RateLimiter(0.0)
+    uncapped.follow_provider_rate(2.0)
+    assert uncapped.interval == 0.0
+
+
+def test_at_the_provider_limit_slots_keep_the_margin() -> None:
+    """Configured and told 50/s: six slots span at least five intervals of 21 ms."""
+    limiter = RateLimiter(50.0)
+    limiter.follow_provider_rate(50.0)
+    halt = threading.Event()
+    started = time.monotonic()
+    assert all(limiter.acquire(FAR, halt) for _ in range(6))
+    assert time.monotonic() - started >= 5 * 0.021
+
+
 def test_halt_ends_the_wait_for_a_slot() -> None:
     """A stopping worker's senders stop waiting for a slot and get none."""
     limiter = RateLimiter(0.0)
@@ -67,8 +114,8 @@ def test_halt_ends_the_wait_for_a_slot() -> None:
 
 
 def test_sendable_within_counts_the_sends_a_lease_has_room_for() -> None:
-    """At 2 sends/s, 10 s hold 20 sends; never fewer than one."""
-    assert RateLimiter(2.0).sendable_within(10.0) == 20
+    """At 2 sends/s (spaced 1.05/2 s apart), 10.5 s hold 20 sends; never fewer than one."""
+    assert RateLimiter(2.0).sendable_within(10.5) == 20
     assert RateLimiter(0.01).sendable_within(10.0) == 1
 
 

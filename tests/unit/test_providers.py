@@ -1,4 +1,9 @@
-"""The providers against real servers: Resend's answers classified, the file sink."""
+"""The providers against real servers: Resend's answers read and decided, the file sink.
+
+The fake provider answers every error Resend documents with Resend's body and
+headers; each is sent for real and decided by the table of
+``receipts.delivery.decisions`` (the table itself: tests/unit/test_decisions.py).
+"""
 
 from __future__ import annotations
 
@@ -13,13 +18,10 @@ from pathlib import Path
 import pytest
 import requests
 
-from receipts.delivery.providers import (
-    FileSinkProvider,
-    ProviderAnswer,
-    ResendProvider,
-    classify_response,
-)
-from tests.fake_provider import FakeProviderClient, running_fake_provider
+from receipts.delivery.answers import classify_response
+from receipts.delivery.decisions import RESEND_ERRORS, Reaction, reaction_to
+from receipts.delivery.providers import FileSinkProvider, ProviderAnswer, ResendProvider
+from tests.fake_provider import MESSAGES, FakeProviderClient, running_fake_provider
 
 API_KEY = "re_test_key"
 KEY = "platform/test/in_1Provider/invoice-paid"
@@ -56,7 +58,7 @@ def test_accepted_send_returns_the_provider_id_and_delivers_the_exact_bytes(
     body = payload()
     answer = resend(fake.url).send(KEY, body)
     [delivery] = fake.deliveries()
-    assert answer.kind == "accepted" and answer.http_status == 200
+    assert answer.accepted and answer.http_status == 200
     assert answer.provider_id == delivery["id"]
     assert delivery["key"] == KEY and delivery["body"].encode() == body
 
@@ -75,12 +77,8 @@ def test_same_key_with_another_body_is_rejected_for_review(fake: FakeProviderCli
     provider = resend(fake.url)
     provider.send(KEY, payload())
     answer = provider.send(KEY, payload(subject="Another subject"))
-    assert answer == ProviderAnswer(
-        kind="rejected",
-        http_status=409,
-        error="invalid_idempotent_request",
-        message="fake provider: invalid_idempotent_request",
-    )
+    assert (answer.http_status, answer.error) == (409, "invalid_idempotent_request")
+    assert reaction_to(answer).reaction == Reaction.REVIEW
     assert fake.stats()["deliveries"] == 1
 
 
@@ -94,35 +92,113 @@ def test_a_key_still_in_flight_is_retried_later(fake: FakeProviderClient) -> Non
         pass
     answer = provider.send(KEY, payload())
     first.join()
-    assert answer.kind == "retry" and answer.http_status == 409
-    assert answer.error == "concurrent_idempotent_requests"
+    assert (answer.http_status, answer.error) == (409, "concurrent_idempotent_requests")
+    assert reaction_to(answer).reaction == Reaction.RETRY
+
+
+@pytest.mark.parametrize(("status", "name"), sorted(RESEND_ERRORS))
+def test_every_documented_error_comes_back_with_its_name_and_reaction(
+    fake: FakeProviderClient, status: int, name: str
+) -> None:
+    """Scripted by name, the fake answers with Resend's body; the provider reads
+    the status and name, and the table's reaction for it follows. Nothing is delivered."""
+    fake.script({"status": status, "name": name})
+    answer = resend(fake.url).send(KEY, payload())
+    assert (answer.http_status, answer.error) == (status, name)
+    assert reaction_to(answer) == RESEND_ERRORS[(status, name)]
+    assert fake.stats()["deliveries"] == 0
+
+
+def test_the_400_that_says_the_api_key_is_invalid_is_a_configuration_error(
+    fake: FakeProviderClient,
+) -> None:
+    """400 validation_error "API key is invalid" (a malformed key) names RESEND_API_KEY,
+    while a 400 validation_error about a field is the message's problem."""
+    fake.script({"status": 400, "name": "validation_error", "message": "API key is invalid"})
+    refused = resend(fake.url).send(KEY, payload())
+    assert refused.api_key_refused and reaction_to(refused).reaction == Reaction.CONFIGURATION
+    assert "RESEND_API_KEY" in (reaction_to(refused).fix or "")
+    fake.script({"status": 400, "name": "validation_error"})
+    about_a_field = resend(fake.url).send(KEY, payload())
+    assert not about_a_field.api_key_refused
+    assert reaction_to(about_a_field).reaction == Reaction.REVIEW
 
 
 @pytest.mark.parametrize(
-    ("script", "kind", "error"),
+    ("script", "reaction", "error"),
     [
-        ({"status": 500}, "retry", "http_500"),
-        ({"status": 503, "name": "service_unavailable"}, "retry", "service_unavailable"),
-        ({"status": 429, "name": "rate_limit_exceeded"}, "retry", "rate_limit_exceeded"),
-        ({"status": 422, "name": "validation_error"}, "rejected", "validation_error"),
-        ({"status": 400, "name": "invalid_parameter"}, "rejected", "invalid_parameter"),
-        ({"status": 403, "name": "invalid_from_address"}, "unauthorized", "invalid_from_address"),
-        ({"no_id": True}, "retry", "no_provider_id"),
+        ({"status": 500}, Reaction.RETRY, "http_500"),
+        ({"status": 503, "name": "service_unavailable"}, Reaction.RETRY, "service_unavailable"),
+        ({"status": 418}, Reaction.REVIEW, "http_418"),
+        ({"no_id": True}, Reaction.RETRY, "no_provider_id"),
     ],
 )
-def test_each_provider_answer_maps_to_its_outcome(
-    fake: FakeProviderClient, script: dict[str, object], kind: str, error: str
+def test_answers_resend_does_not_document_are_decided_by_their_status(
+    fake: FakeProviderClient, script: dict[str, object], reaction: Reaction, error: str
 ) -> None:
+    """An unknown 5xx is a retry, an unknown 4xx the message's problem, a 2xx without id a retry."""
     fake.script(script)
     answer = resend(fake.url).send(KEY, payload())
-    assert (answer.kind, answer.error) == (kind, error)
+    assert (reaction_to(answer).reaction, answer.error) == (reaction, error)
     assert fake.stats()["deliveries"] == 0
+
+
+def test_a_wrong_path_or_method_names_resend_api_url(fake: FakeProviderClient) -> None:
+    """RESEND_API_URL with a wrong path: the fake answers 404 not_found as Resend does."""
+    answer = resend(fake.url + "/v1").send(KEY, payload())
+    assert (answer.http_status, answer.error) == (404, "not_found")
+    assert "RESEND_API_URL" in (reaction_to(answer).fix or "")
+    wrong_method = requests.get(f"{fake.url}/emails", timeout=5)
+    assert wrong_method.status_code == 405 and wrong_method.json() == {
+        "statusCode": 405,
+        "name": "method_not_allowed",
+        "message": MESSAGES["method_not_allowed"],
+    }
+
+
+def test_a_redirect_is_not_followed_and_names_resend_api_url(fake: FakeProviderClient) -> None:
+    """A 3xx (an http:// URL sent to https://, a web page) is answered, never followed:
+    the API key does not travel on, and the run stops naming RESEND_API_URL."""
+    fake.script({"status": 301, "headers": {"Location": "https://elsewhere.example/emails"}})
+    answer = resend(fake.url).send(KEY, payload())
+    assert answer.http_status == 301 and reaction_to(answer).reaction == Reaction.CONFIGURATION
+    assert fake.stats()["requests"] == 1
 
 
 def test_retry_after_and_rate_limit_headers_are_read(fake: FakeProviderClient) -> None:
     fake.script({"status": 429, "headers": {"Retry-After": "7", "ratelimit-reset": "3"}})
     answer = resend(fake.url).send(KEY, payload())
     assert answer.retry_after == 7.0 and answer.rate_limit_reset == 3.0
+
+
+def test_the_fake_enforces_a_rate_with_resends_headers(fake: FakeProviderClient) -> None:
+    """At 3 requests per second the fourth request within a second is refused with 429
+    rate_limit_exceeded and Retry-After; every answer says the limit and what remains."""
+    fake.configure(rate_limit=3)
+    provider = resend(fake.url)
+    answers = [provider.send(f"{KEY}-{n}", payload()) for n in range(4)]
+    assert [a.http_status for a in answers] == [200, 200, 200, 429]
+    assert [a.rate_limit_remaining for a in answers] == [2, 1, 0, 0]
+    assert {a.rate_limit_limit for a in answers} == {3}
+    assert answers[3].error == "rate_limit_exceeded" and answers[3].retry_after == 1.0
+    assert reaction_to(answers[3]).reaction == Reaction.RATE_LIMITED
+    assert fake.stats()["rate_limited"] == 1 and fake.stats()["deliveries"] == 3
+
+
+def test_the_fake_enforces_a_daily_quota(fake: FakeProviderClient) -> None:
+    """Past the daily quota a new email is refused (429 daily_quota_exceeded, the usage
+    header), a replay of an accepted key is not, and the refused key stays free."""
+    fake.configure(daily_quota=1)
+    provider = resend(fake.url)
+    assert provider.send(KEY, payload()).accepted
+    assert provider.send(KEY, payload()).accepted  # a replay sends no new email
+    refused = provider.send(KEY + "-2", payload())
+    assert (refused.http_status, refused.error) == (429, "daily_quota_exceeded")
+    assert refused.retry_after is None
+    assert reaction_to(refused).reaction == Reaction.QUOTA
+    fake.advance_clock(24 * 3600)
+    assert provider.send(KEY + "-2", payload()).accepted
+    assert fake.stats()["quota_refused"] == 1
 
 
 def test_the_providers_error_message_is_kept_on_one_bounded_line() -> None:
@@ -141,19 +217,10 @@ def test_the_providers_error_message_is_kept_on_one_bounded_line() -> None:
     assert classify_response(200, {}, b'{"id": "re_1", "message": "ok"}').message is None
 
 
-def test_a_wrong_api_key_is_unauthorized_not_a_message_problem(fake: FakeProviderClient) -> None:
-    answer = resend(fake.url, api_key="re_wrong").send(KEY, payload())
-    assert (answer.kind, answer.http_status, answer.error) == (
-        "unauthorized",
-        403,
-        "invalid_api_key",
-    )
-
-
 def test_a_read_timeout_is_a_retry(fake: FakeProviderClient) -> None:
     fake.script({"delay": 1.0})
     answer = resend(fake.url, read_timeout=0.2).send(KEY, payload())
-    assert answer == ProviderAnswer(kind="retry", error="timeout")
+    assert answer == ProviderAnswer(error="timeout")
 
 
 def test_a_refused_connection_is_a_retry() -> None:
@@ -161,7 +228,7 @@ def test_a_refused_connection_is_a_retry() -> None:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     answer = resend(f"http://127.0.0.1:{port}").send(KEY, payload())
-    assert answer == ProviderAnswer(kind="retry", error="connection_error")
+    assert answer == ProviderAnswer(error="connection_error")
 
 
 def test_the_fake_forgets_a_key_after_24_hours(fake: FakeProviderClient) -> None:
@@ -199,7 +266,7 @@ def test_file_sink_writes_one_rfc5322_message_per_key(tmp_path: Path) -> None:
     answer = sink.send(KEY, payload())
     [written] = (tmp_path / "mail").glob("*.eml")
     message = email.message_from_bytes(written.read_bytes(), policy=email.policy.default)
-    assert answer.kind == "accepted" and answer.provider_id
+    assert answer.accepted and answer.provider_id
     assert message["To"] == "jenny.rosen@example.com"
     assert message["Subject"] == "Receipt for invoice ABC-0001"
     assert message["X-Receipts-Message-Key"] == KEY
@@ -221,7 +288,8 @@ def test_file_sink_refuses_the_same_key_with_another_payload(tmp_path: Path) -> 
     sink = FileSinkProvider(tmp_path)
     sink.send(KEY, payload())
     answer = sink.send(KEY, payload(subject="Changed"))
-    assert (answer.kind, answer.error) == ("rejected", "invalid_idempotent_request")
+    assert (answer.http_status, answer.error) == (409, "invalid_idempotent_request")
+    assert reaction_to(answer).reaction == Reaction.REVIEW
 
 
 def test_file_sink_file_names_stay_inside_the_directory(tmp_path: Path) -> None:
@@ -254,7 +322,7 @@ def test_file_sink_never_turns_one_encoded_recipient_into_two(tmp_path: Path) ->
     header that names another recipient."""
     sink = FileSinkProvider(tmp_path)
     answer = sink.send(KEY, payload(to=["=?utf-8?q?evil=40evil.example=2C?=@example.com"]))
-    assert (answer.kind, answer.error) == ("rejected", "validation_error")
+    assert (reaction_to(answer).reaction, answer.error) == (Reaction.REVIEW, "validation_error")
     assert not any(b"evil.example" in path.read_bytes() for path in tmp_path.glob("*.eml"))
 
 
@@ -277,7 +345,7 @@ def test_file_sink_rejects_a_message_it_cannot_write_instead_of_raising(
     """An address the sink cannot write is a problem of this message (review), never
     an exception that leaves the row in processing; nothing is written."""
     answer = FileSinkProvider(tmp_path).send(KEY, payload(**overrides))
-    assert (answer.kind, answer.error) == ("rejected", "validation_error")
+    assert (reaction_to(answer).reaction, answer.error) == (Reaction.REVIEW, "validation_error")
     assert list(tmp_path.iterdir()) == []
 
 
@@ -296,7 +364,7 @@ def test_file_sink_writes_addresses_as_parsed(tmp_path: Path) -> None:
     )
     [written] = tmp_path.glob("*.eml")
     message = email.message_from_bytes(written.read_bytes(), policy=email.policy.default)
-    assert answer.kind == "accepted"
+    assert answer.accepted
     assert [a.addr_spec for a in message["To"].addresses] == [
         "jenny.rosen@example.com",
         "sam@example.org",

@@ -1,0 +1,104 @@
+"""One attempt, on a sender thread: wait for a slot, send, decide, hand the result on.
+
+:class:`Sender` is what the dispatcher (``receipts.delivery.worker``) runs on
+each of its sender threads. It asks the pace (``receipts.delivery.pacing``)
+for a slot, sends the frozen payload, turns the answer into a decision
+(``receipts.delivery.decisions``) and acts on what the decision says beyond
+the row: it pauses every send of the worker (and logs the wait, and its cut
+when the provider asked for more than the cap), follows the provider's rate
+limit, records a quota pause for every worker (``receipts.delivery.
+sending_pause``), and stops the run on a configuration error or, in a drain
+run, on a quota. The row's result goes to the recorder, so the thread is
+free at once. docs/architecture.md, "Delivery: claim, send, record".
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from receipts.config import Settings
+from receipts.delivery import claims
+from receipts.delivery.decisions import RELEASED, Decision, decide
+from receipts.delivery.pacing import RateLimiter
+from receipts.delivery.providers import Provider
+from receipts.delivery.recorder import Recorder
+from receipts.delivery.sending_pause import PauseGate, describe_reason, utc
+from receipts.delivery.summary import ExitCode, WorkerSummary
+from receipts.logs import log_fields
+
+log = logging.getLogger("receipts.delivery.worker")
+
+
+@dataclass(kw_only=True)
+class Sender:
+    settings: Settings
+    provider: Provider
+    limiter: RateLimiter
+    gate: PauseGate
+    recorder: Recorder
+    summary: WorkerSummary
+    halt: threading.Event  # set: no new sends (stop, or a fatal answer)
+    loop: bool
+    send_window: float  # seconds a claimed row may wait for a slot and still finish in its lease
+    let_go: Callable[[], None]
+    worker_id: str
+
+    def attempt(self, row: claims.ClaimedRow, claimed_at: float) -> None:
+        """Send one row; the recorder writes the answer, so this slot is free at once."""
+        try:
+            send_by = claimed_at + self.send_window
+            if self.halt.is_set() or not self.limiter.acquire(send_by, self.halt):
+                self.recorder.put(row, RELEASED)
+                return
+            answer = self.provider.send(row.message_key, row.payload)
+            decision = decide(answer, row.attempt, self.settings, now=datetime.now(UTC))
+            self._act_on(decision)
+            self.recorder.put(row, decision.result)
+        except Exception:
+            # The lease expires and another run retries with the same key.
+            log.exception("attempt failed unexpectedly: key=%s", row.message_key)
+            self.summary.count("unrecorded")
+            self.let_go()
+
+    def _act_on(self, decision: Decision) -> None:
+        """What the answer means beyond its row: the pace, the pause, the run."""
+        if decision.provider_rate is not None:
+            self.limiter.follow_provider_rate(decision.provider_rate)
+        if decision.pause_sends and self.limiter.pause(decision.pause_sends):
+            log_fields(
+                log,
+                "provider asked us to wait; every send pauses",
+                logging.WARNING,
+                worker=self.worker_id,
+                http_status=decision.result.http_status,
+                error=decision.result.provider_error,
+                asked_seconds=_rounded(decision.asked_pause),
+                pause_seconds=round(decision.pause_sends, 3),
+                capped=decision.asked_pause > decision.pause_sends or None,
+            )
+        if decision.quota is not None:
+            pause = self.gate.record(decision.quota)
+            if not self.loop:
+                until = time.time() + decision.quota.seconds
+                line = (
+                    pause.line()
+                    if pause is not None
+                    else f"sending paused: {describe_reason(decision.quota.reason)} until "
+                    f"{utc(datetime.fromtimestamp(until, UTC))} (not recorded for other workers)"
+                )
+                self._stop(f"{line} (HTTP 429 {decision.quota.reason})", ExitCode.SENDING_PAUSED)
+        if decision.stop is not None:
+            self._stop(decision.stop.error, decision.stop.exit_code)
+
+    def _stop(self, error: str, exit_code: int) -> None:
+        self.summary.stop(error, exit_code)
+        self.halt.set()
+
+
+def _rounded(seconds: float) -> float | str:
+    return "inf" if seconds == float("inf") else round(seconds, 3)

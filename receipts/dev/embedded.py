@@ -184,6 +184,9 @@ def _port_for(data_dir: Path) -> int:
     except (OSError, ValueError):
         return _free_port()
     with socket.socket() as probe:
+        # PostgreSQL binds with SO_REUSEADDR, so connections of the previous run
+        # still in TIME_WAIT do not keep it off the port; the probe must agree.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind((LISTEN_HOST, remembered))
         except OSError:

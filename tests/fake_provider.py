@@ -161,6 +161,7 @@ class _Limits:
         self.quota_retry_after: float | None = None
         self._admitted: collections.deque[float] = collections.deque()
         self._emails: list[float] = []  # when each new email was accepted (the fake's clock)
+        self._reserved = 0  # new requests past the quota check, not yet answered
 
     def configure(self, settings: dict[str, Any]) -> None:
         for name in ("rate_limit", "daily_quota", "monthly_quota"):
@@ -197,10 +198,10 @@ class _Limits:
             headers["Retry-After"] = headers["ratelimit-reset"]
         return admitted, headers
 
-    def quota_refusal(self, now: float, in_flight: int) -> str | None:
+    def quota_refusal(self, now: float) -> str | None:
         """The quota a new email would exceed, if any (counting those still being answered)."""
         used_today, used_month = self._used(now)
-        used_today, used_month = used_today + in_flight, used_month + in_flight
+        used_today, used_month = used_today + self._reserved, used_month + self._reserved
         if self.monthly_quota is not None and used_month >= self.monthly_quota:
             return "monthly_quota_exceeded"
         if self.daily_quota is not None and used_today >= self.daily_quota:
@@ -213,8 +214,15 @@ class _Limits:
         used_today, used_month = self._used(now)
         return {"x-resend-daily-quota": str(used_today), "x-resend-monthly-quota": str(used_month)}
 
-    def email_accepted(self, now: float) -> None:
-        self._emails.append(now)
+    def reserve(self) -> None:
+        """A new request passed the quota check: it counts until it ends."""
+        self._reserved += 1
+
+    def settle(self, accepted_at: float | None) -> None:
+        """The reserved request ended: one more email used, or none."""
+        self._reserved -= 1
+        if accepted_at is not None:
+            self._emails.append(accepted_at)
 
     def _used(self, now: float) -> tuple[int, int]:
         day = time.gmtime(now)[:3]
@@ -311,17 +319,21 @@ class FakeResend:
             if quota is not None:
                 return quota
             answer = self._next_answer(key)
+            self.limits.reserve()
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        accepted: list[float] = []
         try:
-            return _with(self._answer_new_request(key, body, answer), rate_headers)
+            return _with(self._answer_new_request(key, body, answer, accepted), rate_headers)
         finally:
             with self._lock:
                 self.in_flight -= 1
+                if not accepted:
+                    self.limits.settle(None)
 
     def _quota_refusal(self, key: str | None, rate_headers: dict[str, str]) -> Reply | None:
         """429 for a new email past a quota (lock held); the key stays free."""
-        name = self.limits.quota_refusal(self.now(), self.in_flight)
+        name = self.limits.quota_refusal(self.now())
         if name is None:
             return None
         self._keys.pop(key or "", None)
@@ -364,9 +376,11 @@ class FakeResend:
                 return self._answers.pop(position)
         return _Answer()
 
-    def _answer_new_request(self, key: str | None, body: bytes, answer: _Answer) -> Reply:
+    def _answer_new_request(
+        self, key: str | None, body: bytes, answer: _Answer, accepted: list[float]
+    ) -> Reply:
         time.sleep(self.latency + answer.delay)
-        result = self._outcome(key, body, answer)
+        result = self._outcome(key, body, answer, accepted)
         status, headers, content = result
         with self._lock:
             entry = self._keys.get(key or "")
@@ -378,7 +392,9 @@ class FakeResend:
             headers = {**headers, **self.limits.quota_headers(self.now())}
         return status, {**headers, **answer.headers}, content
 
-    def _outcome(self, key: str | None, body: bytes, answer: _Answer) -> Reply:
+    def _outcome(
+        self, key: str | None, body: bytes, answer: _Answer, accepted: list[float]
+    ) -> Reply:
         if not 200 <= answer.status < 300:
             if answer.name is None:
                 return answer.status, {}, b""  # a bare status, as a proxy in the way answers
@@ -389,7 +405,8 @@ class FakeResend:
             return answer.status, {}, b"{}"
         email_id = str(uuid.uuid4())
         with self._lock:
-            self.limits.email_accepted(self.now())
+            accepted.append(self.now())
+            self.limits.settle(accepted[0])
             self.deliveries.append(
                 {"id": email_id, "key": key or "", "body": body.decode("utf-8", "replace")}
             )

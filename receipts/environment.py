@@ -1,0 +1,196 @@
+"""Reading single environment variables, each checked, every error naming its variable."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from receipts.addresses import AddressError, formatted_mailbox
+
+# Resend remembers an idempotency key for 24 hours; a cutoff at or past that
+# could retry a send the provider has forgotten, which is the one duplicate
+# the product promises never to create on its own.
+PROVIDER_KEY_RETENTION_HOURS = 24.0
+
+_STRIPE_KEY_PREFIXES = ("rk_live_", "rk_test_", "sk_live_", "sk_test_")
+# Resend's keys: "re_" and letters, digits, "_" (e.g. re_123456789); any other
+# printable ASCII character but quotes and the backslash is let through.
+_RESEND_KEY = re.compile(r"re_[!#-&(-\[\]-~]{1,500}")
+
+
+class ConfigError(Exception):
+    """A setting is missing or malformed; the message names the variable."""
+
+    def __init__(self, variable: str, problem: str) -> None:
+        super().__init__(f"{variable}: {problem}")
+        self.variable = variable
+
+
+class EnvironmentReader:
+    """Reads and validates single variables; every error names its variable."""
+
+    def __init__(self, environ: Mapping[str, str]) -> None:
+        self._environ = environ
+
+    def text(self, name: str) -> str | None:
+        value = self._environ.get(name, "").strip()
+        return value or None
+
+    def database_url(self, name: str) -> str | None:
+        value = self.text(name)
+        if value is None:
+            return None
+        scheme = urlsplit(value).scheme
+        if scheme not in ("postgres", "postgresql"):
+            raise ConfigError(name, "must be a postgresql:// URL")
+        return value
+
+    def secrets(self, name: str, *, prefix: str) -> tuple[str, ...]:
+        value = self.text(name)
+        if value is None:
+            if name in self._environ:
+                # `export STRIPE_WEBHOOK_SECRET=$(stripe listen --print-secret)` sets it
+                # to nothing when the CLI is not logged in; every signature would fail.
+                raise ConfigError(
+                    name,
+                    "is set but empty (`stripe listen --print-secret` prints nothing "
+                    "until `stripe login` succeeds): set a secret or unset the variable",
+                )
+            return ()
+        secrets = tuple(part.strip() for part in value.split(",") if part.strip())
+        if not secrets:
+            raise ConfigError(name, "names no secret (only commas)")
+        for position, secret in enumerate(secrets, start=1):
+            if not secret.startswith(prefix):
+                raise ConfigError(name, f"secret #{position} does not start with {prefix!r}")
+        return secrets
+
+    def stripe_key(self, name: str) -> str | None:
+        value = self.text(name)
+        if value is not None and not value.startswith(_STRIPE_KEY_PREFIXES):
+            raise ConfigError(name, "must be a restricted (rk_…) or secret (sk_…) Stripe key")
+        return value
+
+    def resend_key(self, name: str) -> str | None:
+        """A Resend API key looks like ``re_…`` in printable ASCII: anything else
+        (a pasted quote, a non-Latin-1 character) would fail every send, so it
+        stops the process here. The key itself is never printed."""
+        value = self.text(name)
+        if value is None:
+            return None
+        if not _RESEND_KEY.fullmatch(value):
+            raise ConfigError(
+                name,
+                "must be a Resend API key: re_ followed by printable ASCII characters "
+                "(no spaces or quotes)",
+            )
+        return value
+
+    def address(self, name: str) -> str | None:
+        """One mailbox, as a header writes it; the error says why it is not one."""
+        value = self.text(name)
+        if value is None:
+            return None
+        try:
+            return formatted_mailbox(value)
+        except AddressError as problem:
+            raise ConfigError(
+                name, f"{problem}; expected 'a@b.example' or 'Name <a@b.example>'"
+            ) from None
+
+    def http_url(self, name: str, default: str) -> str:
+        value = self.text(name) or default
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ConfigError(name, "must be an http(s) URL")
+        return value.rstrip("/")
+
+    def number(
+        self,
+        name: str,
+        default: float,
+        *,
+        minimum: float | None = None,
+        maximum: float | None = None,
+    ) -> float:
+        raw = self.text(name)
+        if raw is None:
+            return float(default)
+        try:
+            value = float(raw)
+        except ValueError:
+            raise ConfigError(name, f"must be a number, got {raw!r}") from None
+        if minimum is not None and value < minimum:
+            raise ConfigError(name, f"must be at least {minimum:g}, got {raw}")
+        if maximum is not None and value > maximum:
+            raise ConfigError(name, f"must be at most {maximum:g}, got {raw}")
+        return value
+
+    def optional_number(self, name: str, *, minimum: float) -> float | None:
+        """A number, or None when unset (the caller's default then applies)."""
+        if self.text(name) is None:
+            return None
+        return self.number(name, 0.0, minimum=minimum)
+
+    def retry_cutoff(self, name: str, default: float) -> float:
+        hours = self.number(name, default, minimum=0.01)
+        if hours >= PROVIDER_KEY_RETENTION_HOURS:
+            raise ConfigError(
+                name,
+                f"must stay below the provider's {PROVIDER_KEY_RETENTION_HOURS:g} h "
+                f"idempotency window, got {hours:g}",
+            )
+        return hours
+
+    def flag(self, name: str, default: bool) -> bool:
+        raw = self.text(name)
+        if raw is None:
+            return default
+        lowered = raw.lower()
+        if lowered in ("1", "true", "yes", "on"):
+            return True
+        if lowered in ("0", "false", "no", "off"):
+            return False
+        raise ConfigError(name, f"must be true or false, got {raw!r}")
+
+    def choice(self, name: str, choices: tuple[str, ...], default: str) -> str:
+        raw = self.text(name)
+        if raw is None:
+            return default
+        if raw not in choices:
+            raise ConfigError(name, f"must be one of {', '.join(choices)}, got {raw!r}")
+        return raw
+
+    def path(self, name: str) -> Path | None:
+        raw = self.text(name)
+        return Path(raw) if raw else None
+
+    def directory(self, name: str) -> Path | None:
+        path = self.path(name)
+        if path is not None and not path.is_dir():
+            raise ConfigError(name, f"{path} is not a directory")
+        return path
+
+    def timezone(self, name: str, default: str) -> str:
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+        raw = self.text(name) or default
+        try:
+            ZoneInfo(raw)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ConfigError(
+                name, f"unknown time zone {raw!r} (an IANA name: Europe/Berlin)"
+            ) from None
+        return raw
+
+    def locale(self, name: str, default: str) -> str:
+        from babel import Locale, UnknownLocaleError
+
+        raw = self.text(name) or default
+        try:
+            Locale.parse(raw)
+        except (ValueError, UnknownLocaleError):
+            raise ConfigError(name, f"unknown locale {raw!r}") from None
+        return raw

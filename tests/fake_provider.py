@@ -46,6 +46,9 @@ Control API (JSON in, JSON out):
 * ``GET /_deliveries``: every delivery ``{"id", "key", "body"}`` in order.
 * ``GET /_arrivals``: when each ``POST /emails`` arrived, in arrival order, as
   seconds on the server's monotonic clock (compare them with each other only).
+* ``GET /_received``: ``[[wall_time, key], ...]``, when each ``POST /emails``
+  arrived (``time.time()``, comparable with other processes' wall clocks) and
+  its Idempotency-Key, in arrival order: for the payment-to-inbox benchmark.
 * ``POST /_script``: ``{"answers": [ANSWER, ...]}`` queues answers for the
   next new requests (replays and 409s do not use them). ANSWER fields, all
   optional: ``status`` (default 200), ``name`` (error name), ``headers``
@@ -251,6 +254,7 @@ class FakeResend:
         self.requests: Counter[str] = Counter()
         self.deliveries: list[dict[str, str]] = []
         self.arrivals: list[float] = []
+        self.received: list[tuple[float, str]] = []
         self.replays = 0
         self.in_flight = 0
         self.max_in_flight = 0
@@ -303,6 +307,7 @@ class FakeResend:
         """Answer one ``POST /emails``: (status, headers, body)."""
         with self._lock:
             self.arrivals.append(time.monotonic())
+            self.received.append((time.time(), key or ""))
         refused = self._check_credentials(authorization)
         if refused is not None:
             return refused
@@ -486,6 +491,10 @@ class _Handler(BaseHTTPRequestHandler):
             with fake._lock:
                 arrivals = list(fake.arrivals)
             self._reply(200, {}, json.dumps(arrivals).encode())
+        elif self.path == "/_received":
+            with fake._lock:
+                received = list(fake.received)
+            self._reply(200, {}, json.dumps(received).encode())
         elif self.path == "/domains":
             self._reply(*self.server.domains.answer(fake, self.headers.get("Authorization")))
         elif self.path == "/emails":
@@ -567,6 +576,11 @@ class FakeProviderClient:
         """When each send request arrived, in order (seconds; only the gaps mean anything)."""
         result: list[float] = requests.get(f"{self.url}/_arrivals", timeout=5).json()
         return result
+
+    def received(self) -> list[tuple[float, str]]:
+        """(wall-clock time, Idempotency-Key) of each send request, in arrival order."""
+        result = requests.get(f"{self.url}/_received", timeout=30).json()
+        return [(float(at), str(key)) for at, key in result]
 
     def script(self, *answers: dict[str, Any]) -> None:
         self._post("/_script", {"answers": list(answers)})

@@ -56,12 +56,15 @@ def throwaway_database(server_url: str, prefix: str = "receipts_bench") -> Itera
 
 @dataclass
 class Gunicorn:
-    """One gunicorn serving ``app`` with the deployed settings (gunicorn.conf.py)."""
+    """One gunicorn serving ``app`` with the deployed settings (gunicorn.conf.py).
+
+    ``threads`` None keeps the file's thread count (the deployed 64).
+    """
 
     app: str
     environ: Mapping[str, str]
     workers: int = 2
-    threads: int = 4
+    threads: int | None = 4
     process: subprocess.Popen[bytes] | None = None
     port: int = 0
 
@@ -80,8 +83,7 @@ class Gunicorn:
                 f"127.0.0.1:{self.port}",
                 "--workers",
                 str(self.workers),
-                "--threads",
-                str(self.threads),
+                *(["--threads", str(self.threads)] if self.threads is not None else []),
                 "--log-level",
                 "warning",
                 self.app,
@@ -99,17 +101,14 @@ class Gunicorn:
             time.sleep(0.1)
         raise TimeoutError(f"{self.app} did not start")
 
+    def worker_pids(self) -> list[int]:
+        assert self.process is not None
+        return child_pids(self.process.pid)
+
     def worker_peak_rss_mb(self) -> list[float]:
         """Peak resident memory (VmHWM) of each worker process so far."""
-        assert self.process is not None
-        peaks = []
-        for child in child_pids(self.process.pid):
-            with contextlib.suppress(OSError):
-                status = Path(f"/proc/{child}/status").read_text()
-                match = re.search(r"VmHWM:\s+(\d+) kB", status)
-                if match:
-                    peaks.append(int(match.group(1)) / 1024)
-        return peaks
+        peaks = (peak_rss_mb(pid) for pid in self.worker_pids())
+        return [peak for peak in peaks if peak is not None]
 
     def __exit__(self, *exc: object) -> None:
         assert self.process is not None
@@ -130,6 +129,43 @@ def child_pids(pid: int) -> list[int]:
                 if int(fields[1]) == pid:
                     found.append(int(entry.name))
     return found
+
+
+def peak_rss_mb(pid: int) -> float | None:
+    """The kernel's VmHWM of a running process, in MB; None once it has gone."""
+    with contextlib.suppress(OSError):
+        match = re.search(r"VmHWM:\s+(\d+) kB", Path(f"/proc/{pid}/status").read_text())
+        if match:
+            return int(match.group(1)) / 1024
+    return None
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a running process so far (0 once it has gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    # fields[0] is stat's 3rd field (state): utime and stime are its 14th and 15th.
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class BoxCpu:
+    """How busy all the machine's cores were between two readings of /proc/stat."""
+
+    def __init__(self) -> None:
+        self._start = self._read()
+
+    @staticmethod
+    def _read() -> tuple[int, int]:
+        values = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+        idle = values[3] + values[4]  # idle + iowait
+        return sum(values[:8]) - idle, sum(values[:8])
+
+    def busy(self) -> float:
+        """Fraction of all cores' time spent busy since this object was made."""
+        busy, total = self._read()
+        return (busy - self._start[0]) / max(1, total - self._start[1])
 
 
 def signed_events(count: int, tag: str) -> list[tuple[str, bytes]]:
@@ -228,13 +264,25 @@ def parse_wrk(output: str) -> LoadResult:
     )
 
 
-def machine() -> str:
-    cpu = "unknown CPU"
+def machine_header() -> str:
+    """nproc, CPU model and load averages: the line a whole run starts and ends with."""
+    one, five, fifteen = os.getloadavg()
+    return (
+        f"nproc {os.cpu_count()}, CPU {cpu_model()}, "
+        f"load average {one:.2f} {five:.2f} {fifteen:.2f} (1, 5, 15 min)"
+    )
+
+
+def cpu_model() -> str:
     with contextlib.suppress(OSError):
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
+                return line.split(":", 1)[1].strip()
+    return "unknown CPU"
+
+
+def machine() -> str:
+    cpu = cpu_model()
     memory = subprocess.run(["free", "-h"], capture_output=True, text=True).stdout.splitlines()
     total = memory[1].split()[1] if len(memory) > 1 else "?"
     return (

@@ -219,5 +219,42 @@ def _sample_peak_rss(pid: int, peak_kb: list[int]) -> None:
         time.sleep(0.05)
 
 
+@dataclass(frozen=True)
+class DrainFigures:
+    """What python -m bench's goal table needs from the drain."""
+
+    baseline: Drained  # the articles' loop, provider at 0 ms
+    fast: Drained  # receipts worker at its default concurrency, provider at 0 ms
+    slow: Drained  # the same, provider at ``latency``
+    concurrency: int
+    latency: float
+
+
+def figures(rows: int, max_seconds: float, latency: float = 0.05) -> DrainFigures:
+    """Drain fresh rows three times (baseline and default worker at 0 ms, worker at
+    ``latency``), printing each run as main() does."""
+    from receipts.delivery.worker import DEFAULT_CONCURRENCY
+
+    server_url = server_url_or_exit()
+    args = argparse.Namespace(rows=rows, max_seconds=max_seconds)
+    print(f"rows={rows} max-seconds={max_seconds}")
+    baseline = drain_once(server_url, args, 0.0, concurrency=None)
+    print(f"latency=  0ms baseline (1 row/transaction): {line(baseline)}", flush=True)
+    fast = drain_once(server_url, args, 0.0, DEFAULT_CONCURRENCY)
+    print(
+        f"latency=  0ms receipts worker --concurrency {DEFAULT_CONCURRENCY}: {line(fast)}  "
+        f"vs baseline {fast.rate / max(baseline.rate, 1e-9):.2f}x",
+        flush=True,
+    )
+    slow = drain_once(server_url, args, latency, DEFAULT_CONCURRENCY)
+    bound = DEFAULT_CONCURRENCY / latency
+    print(
+        f"latency={latency * 1000:3.0f}ms receipts worker --concurrency {DEFAULT_CONCURRENCY}: "
+        f"{line(slow)}  bound {bound:.0f}/s, ratio {slow.rate / bound:.2f}",
+        flush=True,
+    )
+    return DrainFigures(baseline, fast, slow, DEFAULT_CONCURRENCY, latency)
+
+
 if __name__ == "__main__":
     sys.exit(main())

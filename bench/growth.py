@@ -85,14 +85,38 @@ class Figures:
     sizes: dict[str, object]
 
 
-def main() -> int:
+@dataclass
+class GrowthFigures:
+    empty: Figures
+    grown: Figures
+
+    def changes(self) -> dict[str, float]:
+        """Relative change, big history against empty, of the drain and ingest rates."""
+        return {
+            "drain": self.grown.drained.rate / max(self.empty.drained.rate, 1e-9) - 1,
+            "ingest": self.grown.ingest.requests_per_second
+            / max(self.empty.ingest.requests_per_second, 1e-9)
+            - 1,
+        }
+
+
+def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--history", type=int, default=1_000_000)
     parser.add_argument("--pending", type=int, default=5000)
     parser.add_argument("--seconds", type=int, default=10)
-    args = parser.parse_args()
-    server_url = server_url_or_exit()
+    return parser
+
+
+def main() -> int:
+    args = parser().parse_args()
     print(f"machine: {machine()}")
+    measure(args)
+    return 0
+
+
+def measure(args: argparse.Namespace) -> GrowthFigures:
+    server_url = server_url_or_exit()
     with (
         throwaway_database(server_url, "receipts_bench_empty") as empty_url,
         throwaway_database(server_url, "receipts_bench_grown") as grown_url,
@@ -107,17 +131,17 @@ def main() -> int:
             conn.execute("CHECKPOINT")
         print(f"history of {args.history} sent rows built in {time.monotonic() - started:.0f} s")
         results = [
-            measure("empty", empty_url, args),
-            measure(f"{args.history} sent", grown_url, args),
+            measure_one("empty", empty_url, args),
+            measure_one(f"{args.history} sent", grown_url, args),
         ]
         for figures in results:
             print(report_line(figures))
         compare(*results)
         prune(grown_url)
-    return 0
+    return GrowthFigures(*results)
 
 
-def measure(label: str, url: str, args: argparse.Namespace) -> Figures:
+def measure_one(label: str, url: str, args: argparse.Namespace) -> Figures:
     sizes_before = sizes(url)
     with Gunicorn(
         "wsgi:app",

@@ -65,7 +65,7 @@ def main() -> int:
     print(f"rows={args.rows} fake rate limit={args.rate_limit}/s (sliding 1 s window)")
     failed = False
     for latency in args.latency:
-        runs = [("defaults", {})]
+        runs: list[tuple[str, dict[str, str]]] = [("defaults", {})]
         if not args.no_contrast:
             runs.append(("RECEIPTS_SEND_RATE=0", {"RECEIPTS_SEND_RATE": "0"}))
         for label, extra in runs:

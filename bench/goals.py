@@ -11,10 +11,13 @@ class Goal:
     goal: str
     measured: str = "not run"
     met: bool | None = None  # None: not measured in this run
+    shown: str = ""  # the verdict column when ``met`` is None and the goal is no measurement
 
     @property
     def verdict(self) -> str:
-        return "not run" if self.met is None else "met" if self.met else "MISSED"
+        if self.met is None:
+            return self.shown or "not run"
+        return "met" if self.met else "MISSED"
 
 
 def table(goals: list[Goal]) -> str:

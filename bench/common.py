@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Iterator, Mapping
@@ -166,6 +167,38 @@ class BoxCpu:
         """Fraction of all cores' time spent busy since this object was made."""
         busy, total = self._read()
         return (busy - self._start[0]) / max(1, total - self._start[1])
+
+
+@contextlib.contextmanager
+def connection_peak(url: str, every: float = 0.1) -> Iterator[dict[str, int]]:
+    """The most connections to ``url``'s database seen at once while the block runs, per
+    ``application_name`` (libpq takes it from PGAPPNAME) and in all under "total";
+    the sampler's own is not counted."""
+    peak: dict[str, int] = {"total": 0}
+    done = threading.Event()
+
+    def sample() -> None:
+        with psycopg.connect(url, autocommit=True) as conn:
+            while not done.is_set():
+                rows = conn.execute(CONNECTIONS_SQL).fetchall()
+                counts: dict[str, int] = {str(name): int(n) for name, n in rows}
+                counts["total"] = sum(counts.values())
+                for name, count in counts.items():
+                    peak[name] = max(peak.get(name, 0), count)
+                done.wait(every)
+
+    thread = threading.Thread(target=sample, daemon=True)
+    thread.start()
+    try:
+        yield peak
+    finally:
+        done.set()
+        thread.join()
+
+
+CONNECTIONS_SQL = """SELECT application_name, count(*) FROM pg_stat_activity
+                      WHERE datname = current_database() AND pid <> pg_backend_pid()
+                      GROUP BY application_name"""
 
 
 def signed_events(count: int, tag: str) -> list[tuple[str, bytes]]:

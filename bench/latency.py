@@ -49,6 +49,7 @@ from bench.common import (
     ROOT,
     BoxCpu,
     Gunicorn,
+    connection_peak,
     cpu_seconds,
     machine,
     peak_rss_mb,
@@ -68,6 +69,8 @@ CRON_NOTE = (
     "a receipt waits for the next run, up to the cron interval (Heroku Scheduler 10 min, "
     "Render cron 1 min), plus the drain itself"
 )
+# application_name of each process's connections (libpq reads PGAPPNAME)
+WEB_APP, WORKER_APP = "bench-web", "bench-worker"
 BACKLOG_SQL = "SELECT count(*) FROM email_outbox WHERE status IN ('pending', 'processing')"
 
 
@@ -89,6 +92,7 @@ class RateFigures:
     worker_peak_mb: float
     web_peak_mb: list[float]
     errors: int  # load generator: non-200 answers and failed requests
+    connections: dict[str, int]  # the most database connections at once, per process kind
 
     def percentile(self, q: float) -> float:
         ordered = sorted(self.latencies_ms)
@@ -113,7 +117,9 @@ class RateFigures:
             f"ms/row, web {self.web_cpu_ms_per_request:.2f} ms/request; machine busy "
             f"{self.box_busy:.0%}; double sends {self.double_sends}, keys sent twice "
             f"{self.repeat_requests}; peak RSS worker {self.worker_peak_mb:.0f} MB, web "
-            f"{', '.join(f'{mb:.0f}' for mb in self.web_peak_mb)} MB"
+            f"{', '.join(f'{mb:.0f}' for mb in self.web_peak_mb)} MB; database connections at "
+            f"most: web {self.connections.get(WEB_APP, 0)}, worker "
+            f"{self.connections.get(WORKER_APP, 0)}"
         )
 
 
@@ -178,9 +184,9 @@ def measure(args: argparse.Namespace) -> LatencyFigures:
 
 def run_rate(server_url: str, rate: int, args: argparse.Namespace) -> RateFigures:
     environ = {
-        "DATABASE_URL": "",
         "STRIPE_WEBHOOK_SECRET": TEST_SECRET,
         "EMAIL_FROM": "Billing <billing@example.com>",
+        "PGAPPNAME": WEB_APP,
     }
     with (
         throwaway_database(server_url, "receipts_bench_latency") as url,
@@ -197,7 +203,7 @@ def run_rate(server_url: str, rate: int, args: argparse.Namespace) -> RateFigure
         web_pids = web.worker_pids()
         cpu_before = cpu_seconds(worker.pid), sum(cpu_seconds(pid) for pid in web_pids)
         box = BoxCpu()
-        with backlog_sampler(url) as samples:
+        with backlog_sampler(url) as samples, connection_peak(url) as connections:
             load = post_open_loop(target.netloc, invoice_ids, events, rate, args.connections)
             load_end = time.monotonic()
             wait_for_backlog(url, args.grace)
@@ -234,6 +240,7 @@ def run_rate(server_url: str, rate: int, args: argparse.Namespace) -> RateFigure
         worker_peak_mb=worker_peak,
         web_peak_mb=web_peak,
         errors=load.errors,
+        connections=connections,
     )
 
 
@@ -247,6 +254,7 @@ def looping_worker(url: str, provider_url: str) -> Iterator[subprocess.Popen[byt
         "RESEND_API_URL": provider_url,
         "RECEIPTS_SEND_RATE": "0",  # the worker's own speed, not Resend's
         "LOG_FORMAT": "json",
+        "PGAPPNAME": WORKER_APP,
     }
     with tempfile.NamedTemporaryFile("w+b", suffix=".log") as log:
         process = subprocess.Popen(

@@ -28,7 +28,15 @@ from dataclasses import dataclass, field
 
 import psycopg
 
-from bench.common import ROOT, BoxCpu, machine, ratio, server_url_or_exit, throwaway_database
+from bench.common import (
+    ROOT,
+    BoxCpu,
+    connection_peak,
+    machine,
+    ratio,
+    server_url_or_exit,
+    throwaway_database,
+)
 from bench.drain import API_KEY, fake_provider, fill
 from tests.fake_provider import FakeProviderClient
 
@@ -50,6 +58,7 @@ class ScaleRun:
     double_sends: int  # keys accepted more than once
     repeat_requests: int  # keys requested more than once
     sent_rows: int  # rows the database holds as sent
+    connections: int  # the most database connections the workers held at once
 
     @property
     def rate(self) -> float:
@@ -62,7 +71,8 @@ class ScaleRun:
             f"{self.rate:.0f} rows/s{versus}; CPU {self.cpu_seconds * 1000 / max(1, self.rows):.2f}"
             f" ms/row; machine busy {self.box_busy:.0%}; sent per process {self.sent_by_process}; "
             f"double sends {self.double_sends}, keys requested twice {self.repeat_requests}, "
-            f"rows sent in the database {self.sent_rows}/{self.rows}"
+            f"rows sent in the database {self.sent_rows}/{self.rows}; database connections "
+            f"at most {self.connections} ({self.connections / self.processes:.1f} per process)"
         )
 
 
@@ -144,22 +154,8 @@ def drain_with(server_url: str, processes: int, rows: int, latency: float) -> Sc
             "LOG_FORMAT": "json",
         }
         box = BoxCpu()
-        workers = [
-            subprocess.Popen(
-                [sys.executable, "-m", "receipts.cli", "worker"],
-                cwd=ROOT,
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
-                text=True,
-            )
-            for _ in range(processes)
-        ]
-        sent_by_process, cpu = [], 0.0
-        for worker in workers:
-            sent, used = finish(worker)
-            sent_by_process.append(sent)
-            cpu += used
+        with connection_peak(url) as connections:
+            sent_by_process, cpu = run_workers(processes, env)
         busy = box.busy()
         provider = FakeProviderClient(provider_url)
         received, stats = provider.received(), provider.stats()
@@ -177,7 +173,29 @@ def drain_with(server_url: str, processes: int, rows: int, latency: float) -> Sc
         double_sends=sum(1 for n in stats["deliveries_by_key"].values() if n > 1),
         repeat_requests=sum(1 for n in stats["requests_by_key"].values() if n > 1),
         sent_rows=row[0] if row else 0,
+        connections=connections["total"],
     )
+
+
+def run_workers(processes: int, env: dict[str, str]) -> tuple[list[int], float]:
+    """Start ``processes`` drain runs together, wait for all: (rows each sent, CPU seconds)."""
+    workers = [
+        subprocess.Popen(
+            [sys.executable, "-m", "receipts.cli", "worker"],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        for _ in range(processes)
+    ]
+    sent_by_process, cpu = [], 0.0
+    for worker in workers:
+        sent, used = finish(worker)
+        sent_by_process.append(sent)
+        cpu += used
+    return sent_by_process, cpu
 
 
 def finish(worker: subprocess.Popen[str]) -> tuple[int, float]:

@@ -93,6 +93,7 @@ class RateFigures:
     web_peak_mb: list[float]
     errors: int  # load generator: non-200 answers and failed requests
     connections: dict[str, int]  # the most database connections at once, per process kind
+    load_cpu_ms_per_event: float  # this process (the load generator and its samplers)
 
     def percentile(self, q: float) -> float:
         ordered = sorted(self.latencies_ms)
@@ -114,7 +115,8 @@ class RateFigures:
             f"p95 {ms(self.percentile(95))} p99 {ms(self.p99_ms)} max {ms(self.percentile(100))}"
             f"\n       backlog max {self.backlog_max}, at load end {self.backlog_end}, growth "
             f"{self.backlog_growth:+.1f} rows/s; CPU worker {self.worker_cpu_ms_per_row:.2f} "
-            f"ms/row, web {self.web_cpu_ms_per_request:.2f} ms/request; machine busy "
+            f"ms/row, web {self.web_cpu_ms_per_request:.2f} ms/request, load generator "
+            f"{self.load_cpu_ms_per_event:.2f} ms/event; machine busy "
             f"{self.box_busy:.0%}; double sends {self.double_sends}, keys sent twice "
             f"{self.repeat_requests}; peak RSS worker {self.worker_peak_mb:.0f} MB, web "
             f"{', '.join(f'{mb:.0f}' for mb in self.web_peak_mb)} MB; database connections at "
@@ -202,10 +204,10 @@ def run_rate(server_url: str, rate: int, args: argparse.Namespace) -> RateFigure
         events = sign_invoices(invoice_ids)
         web_pids = web.worker_pids()
         cpu_before = cpu_seconds(worker.pid), sum(cpu_seconds(pid) for pid in web_pids)
-        box = BoxCpu()
+        box, own_cpu = BoxCpu(), time.process_time()
         with backlog_sampler(url) as samples, connection_peak(url) as connections:
             load = post_open_loop(target.netloc, invoice_ids, events, rate, args.connections)
-            load_end = time.monotonic()
+            load_end, own_cpu = time.monotonic(), time.process_time() - own_cpu
             wait_for_backlog(url, args.grace)
         box_busy = box.busy()
         worker_cpu = cpu_seconds(worker.pid) - cpu_before[0]
@@ -241,6 +243,7 @@ def run_rate(server_url: str, rate: int, args: argparse.Namespace) -> RateFigure
         web_peak_mb=web_peak,
         errors=load.errors,
         connections=connections,
+        load_cpu_ms_per_event=own_cpu * 1000 / count,
     )
 
 

@@ -196,9 +196,8 @@ def run_rate(server_url: str, rate: int, args: argparse.Namespace) -> RateFigure
         Gunicorn("wsgi:app", {**environ, "DATABASE_URL": url}, threads=None) as web,
         looping_worker(url, provider_url) as worker,
     ):
-        provider = FakeProviderClient(provider_url)
         target = urlsplit(web.url)
-        warm_up(target.netloc, provider, url)
+        warm_up(target.netloc, url)
         count = max(1, round(rate * args.seconds))
         invoice_ids = [f"in_1BLat{rate:03d}{n:07d}" for n in range(count)]
         events = sign_invoices(invoice_ids)
@@ -212,8 +211,8 @@ def run_rate(server_url: str, rate: int, args: argparse.Namespace) -> RateFigure
         box_busy = box.busy()
         worker_cpu = cpu_seconds(worker.pid) - cpu_before[0]
         web_cpu = sum(cpu_seconds(pid) for pid in web_pids) - cpu_before[1]
-        received = provider.received()
-        stats = provider.stats()
+        provider = FakeProviderClient(provider_url)
+        received, stats = provider.received(), provider.stats()
         worker_peak = peak_rss_mb(worker.pid) or 0.0
         web_peak = web.worker_peak_rss_mb()
     first_received: dict[str, float] = {}
@@ -283,12 +282,11 @@ def looping_worker(url: str, provider_url: str) -> Iterator[subprocess.Popen[byt
                 process.wait()
 
 
-def warm_up(netloc: str, provider: FakeProviderClient, url: str) -> None:
+def warm_up(netloc: str, url: str) -> None:
     """Some receipts through the whole path first: pools open, renderers built."""
     invoice_ids = [f"in_1BWarm{n:07d}" for n in range(60)]
     post_open_loop(netloc, invoice_ids, sign_invoices(invoice_ids), 60, 4)
     wait_for_backlog(url, 10.0)
-    provider.stats()
 
 
 @dataclass

@@ -111,7 +111,8 @@ class RateFigures:
 
         return (
             f"{self.rate:4}/s: sent {self.sent}, 200s {self.answered}, errors {self.errors}, "
-            f"delivered {self.delivered}; latency p50 {ms(self.percentile(50))} "
+            f"delivered {self.delivered}; latency min {ms(self.percentile(0))} "
+            f"p50 {ms(self.percentile(50))} "
             f"p95 {ms(self.percentile(95))} p99 {ms(self.p99_ms)} max {ms(self.percentile(100))}"
             f"\n       backlog max {self.backlog_max}, at load end {self.backlog_end}, growth "
             f"{self.backlog_growth:+.1f} rows/s; CPU worker {self.worker_cpu_ms_per_row:.2f} "

@@ -98,7 +98,8 @@ class ScaleFigures:
         if single is None:
             return ", ".join(f"{run.processes}p {run.rate:.0f}/s" for run in self.runs)
         return ", ".join(
-            f"{run.processes}p {ratio(run.rate, single.rate)} (busy {run.box_busy:.0%})"
+            f"{run.processes}p {run.rate:.0f}/s = {ratio(run.rate, single.rate)} "
+            f"(busy {run.box_busy:.0%})"
             for run in self.runs
         )
 

@@ -14,7 +14,10 @@ connection, each event sent at its scheduled time whatever the answers before
 it) posts signed unique ``invoice.paid`` events at the rate for
 ``--seconds`` and notes the wall-clock time each 200 arrived; the fake notes
 the wall-clock time each send arrived, by Idempotency-Key (the message key).
-Latency is the difference, per receipt. After the load it waits up to
+Latency is the difference, per receipt; it can be negative, since the row is
+committed (and the worker woken) before the web worker writes the 200, and on
+a saturated machine that answer, or the generator's noting it, can lag the
+send (the minimum is printed as a check). After the load it waits up to
 ``--grace`` seconds for the backlog; a receipt not delivered by then counts
 as infinitely late. Prints per rate the events sent and answered, receipts
 delivered, p50/p95/p99/max, the backlog (rows pending or in flight, sampled

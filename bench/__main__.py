@@ -177,7 +177,7 @@ BENCHES: dict[str, Bench] = {
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="short runs, to try the harness")
     parser.add_argument("--only", nargs="+", choices=list(BENCHES), default=list(BENCHES))
     parser.add_argument("--render", action="store_true", help="also run bench.render")

@@ -34,6 +34,14 @@ _LOCAL_PART = re.compile(rf"{_ATEXT}(?:\.{_ATEXT})*")
 # letters are allowed for internationalised domain names.
 _LABEL = re.compile(r"(?!-)[A-Za-z0-9\-\u0080-\U0010ffff]{1,63}(?<!-)")
 _QUOTED_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+# The common shape, all ASCII: a dot-atom, @, dotted labels. The standard parser
+# reads every such address back as written (tests/unit/test_addresses.py checks
+# it on generated ones), so it is taken without the parser's cost; anything
+# else goes through the parser.
+_ASCII_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+PLAIN_ASCII_ADDRESS = re.compile(
+    rf"(?P<local>{_ATEXT}(?:\.{_ATEXT})*)@(?P<domain>{_ASCII_LABEL}(?:\.{_ASCII_LABEL})+)"
+)
 
 
 class AddressError(ValueError):
@@ -46,6 +54,14 @@ def parse_address(text: str) -> Address:
         raise AddressError("is empty")
     if len(text) > MAX_ADDRESS_LENGTH:
         raise AddressError(f"is longer than {MAX_ADDRESS_LENGTH} characters")
+    plain = PLAIN_ASCII_ADDRESS.fullmatch(text)
+    if plain is not None and "=?" not in text and len(plain["domain"]) <= 255:
+        return Address(username=plain["local"], domain=plain["domain"])
+    return parsed_address(text)
+
+
+def parsed_address(text: str) -> Address:
+    """:func:`parse_address` without the shortcut: always the standard parser."""
     if not text.isprintable() or any(character.isspace() for character in text):
         raise AddressError("contains spaces or control characters")
     try:

@@ -74,6 +74,7 @@ class ReviewReason(StrEnum):
     INVALID_CURRENCY = "invalid_currency"
     INVALID_INVOICE_AMOUNTS = "invalid_invoice_amounts"
     # written by the worker, before or after a send
+    RENDER_FAILED = "render_failed"  # the templates raised on this receipt at its first claim
     RETRY_WINDOW_ELAPSED = "retry_window_elapsed"
     ATTEMPTS_EXHAUSTED = "attempts_exhausted"
     PROVIDER_REJECTED = "provider_rejected"

@@ -73,6 +73,7 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     if isinstance(decision, UnsendableReceipt):
         print(f"receipts preview: needs review: {decision.reason}", file=sys.stderr)
         return 1
+    assert decision.payload is not None  # rendered here, with a renderer
     sys.stdout.write(_output(args.format, decision.message_key, decision.payload))
     return 0
 

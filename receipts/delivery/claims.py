@@ -5,7 +5,9 @@ during the send. :func:`claim_ready` runs ``delivery.sql: claim_ready``, one
 statement that locks ready rows (skipping rows another worker has locked, so
 no two workers take one row), moves those past the retry cutoff or the
 attempt budget to review, and leases the rest (a fresh lease token,
-``attempts + 1``, an in-flight ``email_attempts`` row).
+``attempts + 1``, an in-flight ``email_attempts`` row). A leased row whose
+email was left to its first claim is rendered then, and the email frozen in
+the same transaction (``freeze_rendered_payloads``) before anything is sent.
 :func:`record_attempts` runs ``delivery.sql: record_attempts``, which stores
 each answer only where the lease token still matches. docs/architecture.md,
 "Delivery: claim, send, record", describes both.
@@ -13,19 +15,26 @@ each answer only where the lease token still matches. docs/architecture.md,
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
+from psycopg.types.json import Jsonb
+
 from receipts import queries
 from receipts.db import Connection
 from receipts.delivery.decisions import AttemptResult
+from receipts.ingest.invoice_values import UnusableInvoice
+from receipts.logs import log_fields
 from receipts.vocabulary import ReviewReason, RowStatus
 
 __all__ = [
     "AttemptResult",
     "Claim",
     "ClaimedRow",
+    "RenderPayload",
     "SkippedRow",
     "claim_ready",
     "record_attempt",
@@ -33,6 +42,11 @@ __all__ = [
 ]
 
 _Q = queries.load("delivery")
+
+log = logging.getLogger(__name__)
+
+# (message key, what ingest stored to render it from) -> the email to freeze
+RenderPayload = Callable[[str, dict[str, Any]], dict[str, Any]]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -51,7 +65,7 @@ class SkippedRow:
     """A ready row that went to review at claim time instead of being sent."""
 
     message_key: str
-    review_reason: ReviewReason  # retry_window_elapsed | attempts_exhausted
+    review_reason: ReviewReason  # retry_window_elapsed | attempts_exhausted | render_failed …
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -68,12 +82,14 @@ def claim_ready(
     lease_seconds: float,
     max_attempts: int,
     retry_cutoff_hours: float,
+    render: RenderPayload,
 ) -> Claim:
     """Lease up to ``limit`` ready rows (one transaction; commit before sending).
 
     Ready means pending and due, or processing with an expired lease (its
     worker died or lost touch). Rows past the retry cutoff or the attempt
-    budget go to review here, without a send.
+    budget go to review here, without a send. Rows claimed for the first time
+    without an email get it from ``render``, frozen before this returns.
     """
     if limit <= 0:
         return Claim(rows=[], skipped=[])
@@ -87,15 +103,78 @@ def claim_ready(
             "cutoff_seconds": retry_cutoff_hours * 3600.0,
         },
     ).fetchall()
+    leased = [row for row in found if row["review_reason"] is None]
+    unrendered = [row for row in leased if row["payload_text"] is None]
+    unrenderable = _render_first_claims(conn, unrendered, render) if unrendered else []
     return Claim(
-        rows=[_claimed(row) for row in found if row["review_reason"] is None],
+        rows=[_claimed(row) for row in leased if row["payload_text"] is not None],
         skipped=[
             SkippedRow(
                 message_key=row["message_key"], review_reason=ReviewReason(row["review_reason"])
             )
             for row in found
             if row["review_reason"] is not None
-        ],
+        ]
+        + unrenderable,
+    )
+
+
+def _render_first_claims(
+    conn: Connection, rows: list[dict[str, Any]], render: RenderPayload
+) -> list[SkippedRow]:
+    """Render and freeze each row's email (setting ``payload_text``); review the ones that fail."""
+    rendered: list[tuple[dict[str, Any], dict[str, Any]]] = []
+    failed: list[tuple[dict[str, Any], ReviewReason, str]] = []
+    for row in rows:
+        try:
+            rendered.append((row, render(row["message_key"], row["render_input"])))
+        except UnusableInvoice as unusable:
+            failed.append((row, ReviewReason(unusable.reason), type(unusable).__name__))
+        except Exception as error:  # a template may raise anything
+            failed.append((row, ReviewReason.RENDER_FAILED, type(error).__name__))
+    if rendered:
+        _freeze(conn, rendered)
+    if failed:
+        _review_unrenderable(conn, failed)
+    return [SkippedRow(message_key=row["message_key"], review_reason=why) for row, why, _ in failed]
+
+
+def _freeze(conn: Connection, rendered: list[tuple[dict[str, Any], dict[str, Any]]]) -> None:
+    stored = conn.execute(
+        _Q["freeze_rendered_payloads"],
+        {
+            "keys": [row["message_key"] for row, _ in rendered],
+            "tokens": [row["lease_token"] for row, _ in rendered],
+            "payloads": [Jsonb(payload) for _, payload in rendered],
+        },
+    ).fetchall()
+    texts = {found["message_key"]: found["payload_text"] for found in stored}
+    for row, _ in rendered:
+        row["payload_text"] = texts[row["message_key"]]
+
+
+def _review_unrenderable(
+    conn: Connection, failed: list[tuple[dict[str, Any], ReviewReason, str]]
+) -> None:
+    for row, reason, error in failed:
+        # The error's type only: its message may quote customer data.
+        log_fields(
+            log,
+            "receipt cannot be rendered",
+            logging.ERROR,
+            key=row["message_key"],
+            reason=reason,
+            error=error,
+        )
+    conn.execute(
+        _Q["review_unrenderable"],
+        {
+            "keys": [row["message_key"] for row, _, _ in failed],
+            "tokens": [row["lease_token"] for row, _, _ in failed],
+            "reasons": [str(reason) for _, reason, _ in failed],
+            "errors": [error for _, _, error in failed],
+            "attempt_ids": [row["attempt_id"] for row, _, _ in failed],
+        },
     )
 
 

@@ -36,6 +36,7 @@ from receipts.config import ConfigError, Settings
 from receipts.db import Database, DatabaseUnavailable, describe_error
 from receipts.delivery import claims
 from receipts.delivery.configured import provider_from_settings, send_rate
+from receipts.delivery.first_render import payload_renderer
 from receipts.delivery.listener import start_listener
 from receipts.delivery.pacing import RateLimiter
 from receipts.delivery.providers import Provider
@@ -93,6 +94,7 @@ def run_worker(
     worker = _Dispatcher(
         settings,
         provider,
+        render=payload_renderer(settings),
         loop=loop,
         stop_event=stop_event or threading.Event(),
         concurrency=max(1, concurrency),
@@ -113,6 +115,7 @@ class _Dispatcher:
         settings: Settings,
         provider: Provider,
         *,
+        render: claims.RenderPayload,
         loop: bool,
         stop_event: threading.Event,
         concurrency: int,
@@ -124,6 +127,7 @@ class _Dispatcher:
         self.database_url: str = settings.database_url
         self.settings = settings
         self.provider = provider
+        self.render = render
         self.loop = loop
         self.stop_event = stop_event
         self.concurrency = concurrency
@@ -279,6 +283,7 @@ class _Dispatcher:
                     lease_seconds=self.settings.lease_seconds,
                     max_attempts=self.settings.max_attempts,
                     retry_cutoff_hours=self.settings.retry_cutoff_hours,
+                    render=self.render,
                 )
         except psycopg.errors.InsufficientPrivilege as exc:
             # A role without the worker's grants: retrying cannot help.

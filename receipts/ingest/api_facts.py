@@ -31,3 +31,29 @@ class ApiFacts:
     # the receipt, kept out of the fingerprint: a look-up that succeeds on one
     # delivery and fails on the next must not turn a duplicate into a conflict.
     all_lines: tuple[dict[str, Any], ...] | None = None
+
+
+def api_facts_document(facts: ApiFacts | None) -> dict[str, Any] | None:
+    """The facts as JSON, stored with a receipt rendered at its first claim."""
+    if facts is None:
+        return None
+    method = facts.payment_method
+    return {
+        "payment_method": None
+        if method is None
+        else {"kind": method.kind, "brand": method.brand, "last4": method.last4},
+        "preferred_locales": list(facts.preferred_locales),
+        "all_lines": list(facts.all_lines) if facts.all_lines else None,
+    }
+
+
+def api_facts_from_document(document: dict[str, Any] | None) -> ApiFacts:
+    """The facts :func:`api_facts_document` stored; none when nothing was stored."""
+    if not document:
+        return ApiFacts()
+    method = document.get("payment_method")
+    return ApiFacts(
+        payment_method=None if method is None else PaymentMethod(**method),
+        preferred_locales=tuple(document.get("preferred_locales") or ()),
+        all_lines=tuple(document["all_lines"]) if document.get("all_lines") else None,
+    )

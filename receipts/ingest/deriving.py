@@ -13,26 +13,33 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from receipts.config import Settings
 from receipts.ingest.api_facts import ApiFacts
 from receipts.ingest.events import EventHeader
 from receipts.ingest.receipt import Decision, derive_receipt
-from receipts.ingest.rendering import Renderer
 from receipts.stripe_api.client import Scope, StripeApi
 from receipts.stripe_api.facts import enrich
+
+if TYPE_CHECKING:
+    from receipts.ingest.rendering import Renderer
 
 # Inside a webhook request the look-ups share this budget; the rest are skipped.
 IN_REQUEST_BUDGET_SECONDS = 4.0
 
 
 class ReceiptDeriver:
-    """Derives receipts with one renderer, one set of settings and, optionally, the API."""
+    """Derives receipts with one set of settings and, optionally, the API.
+
+    Without a renderer (ingest's way) the emails are rendered by the worker at
+    their first claim; with one (previews, checks) they are rendered here.
+    """
 
     def __init__(
         self,
         settings: Settings,
-        renderer: Renderer,
+        renderer: Renderer | None,
         api: StripeApi | None,
         *,
         budget_seconds: float | None = None,

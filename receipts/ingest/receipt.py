@@ -4,7 +4,9 @@
 what ingest must store:
 
 * :class:`Ignored`: not a paid invoice we send for (other types, zero value);
-* :class:`ReceiptJob`: the message key, the frozen email and its fingerprint;
+* :class:`ReceiptJob`: the message key, its fingerprint, and the email: rendered
+  here when a renderer is given, else the input the worker renders it from
+  at the first claim (:func:`render_payload`);
 * :class:`UnsendableReceipt`: a paid invoice that cannot yield an email; it
   becomes a ``review`` row so a person sees it, and Stripe is not made to retry.
 
@@ -18,16 +20,18 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from receipts.ingest.api_facts import ApiFacts
+from receipts.ingest.api_facts import ApiFacts, api_facts_document, api_facts_from_document
 from receipts.ingest.events import STRIPE_ID as _STRIPE_ID
 from receipts.ingest.events import EventHeader, MalformedEvent
-from receipts.ingest.invoice_facts import read_invoice
+from receipts.ingest.invoice_facts import ReceiptFacts, read_invoice
 from receipts.ingest.invoice_values import UnusableInvoice
 from receipts.ingest.money import is_amount
-from receipts.ingest.rendering import EmailContent, Renderer
 from receipts.vocabulary import PURPOSE
+
+if TYPE_CHECKING:
+    from receipts.ingest.rendering import EmailContent, Renderer
 
 MAX_KEY_LENGTH = 256  # Resend's limit for an Idempotency-Key
 
@@ -41,7 +45,10 @@ class Ignored:
 class ReceiptJob:
     message_key: str
     invoice_id: str
-    payload: dict[str, Any]
+    recipient: str  # the one address the email goes to
+    # Exactly one of the two: the frozen email, or what it is rendered from.
+    payload: dict[str, Any] | None
+    render_input: dict[str, Any] | None
     fingerprint: str  # v2: what the customer is told (see semantic_facts)
     # The fingerprint earlier releases stored for the same event: a stored row
     # equal to either is a duplicate, never a conflict.
@@ -138,7 +145,7 @@ def _scalar(value: object) -> object:
 
 def derive_receipt(
     header: EventHeader,
-    renderer: Renderer,
+    renderer: Renderer | None,
     *,
     email_from: str,
     reply_to: str | None = None,
@@ -148,7 +155,10 @@ def derive_receipt(
     """Decide what one verified event means for the outbox.
 
     ``api_facts``, when ingest could look them up, add the payment method and
-    choose the language from the customer's preferred locales.
+    choose the language from the customer's preferred locales. Without a
+    ``renderer`` the email is not rendered here: the job carries what
+    :func:`render_payload` needs, and the worker renders it once, at the
+    first claim (docs/architecture.md, "The frozen payload and the fingerprint").
     """
     if header.event_type != "invoice.paid":
         return Ignored(reason="event_type_not_handled")
@@ -170,9 +180,15 @@ def derive_receipt(
 
     meaning = fingerprint(semantic_facts(invoice_id, invoice))
     legacy = legacy_fingerprint(invoice_id, invoice)
+    render_input = {
+        "invoice": invoice,
+        "created": header.created,
+        "from": email_from,
+        "reply_to": reply_to,
+        "api_facts": api_facts_document(api_facts),
+    }
     try:
-        all_lines = list(api_facts.all_lines) if api_facts and api_facts.all_lines else None
-        facts = read_invoice(invoice_id, invoice, header.created, all_lines=all_lines)
+        facts = _read(key, render_input)
     except UnusableInvoice as unusable:
         return UnsendableReceipt(
             message_key=key,
@@ -181,19 +197,48 @@ def derive_receipt(
             fingerprint=meaning,
             legacy_fingerprint=legacy,
         )
-    facts_from_api = api_facts or ApiFacts()
-    content = renderer.render(
-        facts,
-        locale=renderer.choose_locale(facts_from_api.preferred_locales),
-        payment_method=facts_from_api.payment_method,
-    )
-    payload = _resend_payload(content, key, email_from=email_from, reply_to=reply_to, to=facts.to)
     return ReceiptJob(
         message_key=key,
         invoice_id=invoice_id,
-        payload=payload,
+        recipient=facts.to,
+        payload=None if renderer is None else _render(key, render_input, facts, renderer),
+        render_input=render_input if renderer is None else None,
         fingerprint=meaning,
         legacy_fingerprint=legacy,
+    )
+
+
+def render_payload(key: str, render_input: dict[str, Any], renderer: Renderer) -> dict[str, Any]:
+    """The frozen email of a receipt whose rendering was left to its first claim.
+
+    The same function of the same stored input as a render at ingest, so the
+    result does not depend on where it runs. Raises UnusableInvoice (or what a
+    template raises) if the input cannot make an email.
+    """
+    return _render(key, render_input, _read(key, render_input), renderer)
+
+
+def _read(key: str, render_input: dict[str, Any]) -> ReceiptFacts:
+    invoice = render_input["invoice"]
+    lines = (render_input.get("api_facts") or {}).get("all_lines")
+    return read_invoice(invoice["id"], invoice, render_input["created"], all_lines=lines)
+
+
+def _render(
+    key: str, render_input: dict[str, Any], facts: ReceiptFacts, renderer: Renderer
+) -> dict[str, Any]:
+    api_facts = api_facts_from_document(render_input.get("api_facts"))
+    content = renderer.render(
+        facts,
+        locale=renderer.choose_locale(api_facts.preferred_locales),
+        payment_method=api_facts.payment_method,
+    )
+    return _resend_payload(
+        content,
+        key,
+        email_from=render_input["from"],
+        reply_to=render_input.get("reply_to"),
+        to=facts.to,
     )
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from psycopg.types.json import Jsonb
+from psycopg.types.json import Json, Jsonb
 
 from receipts import queries
 from receipts.db import Connection
@@ -93,14 +93,15 @@ def _ingest_in_one_statement(
 
 
 def _summary(header: EventHeader, decision: ReceiptJob | UnsendableReceipt) -> InvoiceSummary:
-    payload = decision.payload if isinstance(decision, ReceiptJob) else None
-    return summarize(header.data_object, payload)
+    recipients = {"to": [decision.recipient]} if isinstance(decision, ReceiptJob) else None
+    return summarize(header.data_object, recipients)
 
 
 def _outbox_row(header: EventHeader, decision: ReceiptJob | UnsendableReceipt) -> dict[str, Any]:
-    """The parameters of a new outbox row: pending with its email, or review with its reason,
-    and what support looks it up by (invoice number, customer address, amount)."""
-    is_job = isinstance(decision, ReceiptJob)
+    """The parameters of a new outbox row: pending with its email (or what the worker
+    renders it from), or review with its reason, and what support looks it up by
+    (invoice number, customer address, amount)."""
+    job = decision if isinstance(decision, ReceiptJob) else None
     return {
         **_summary(header, decision).columns(),
         "key": decision.message_key,
@@ -111,10 +112,15 @@ def _outbox_row(header: EventHeader, decision: ReceiptJob | UnsendableReceipt) -
         "event_id": header.event_id,
         "fingerprint": decision.fingerprint,
         "legacy_fingerprint": decision.legacy_fingerprint,
-        "payload": Jsonb(decision.payload) if isinstance(decision, ReceiptJob) else None,
-        "status": RowStatus.PENDING if is_job else RowStatus.REVIEW,
-        "review_reason": None if isinstance(decision, ReceiptJob) else decision.reason,
+        "payload": _jsonb(job.payload if job else None),
+        "render_input": Json(job.render_input) if job and job.render_input else None,
+        "status": RowStatus.PENDING if job else RowStatus.REVIEW,
+        "review_reason": decision.reason if isinstance(decision, UnsendableReceipt) else None,
     }
+
+
+def _jsonb(document: dict[str, Any] | None) -> Jsonb | None:
+    return None if document is None else Jsonb(document)
 
 
 def _new_row_outcome(decision: ReceiptJob | UnsendableReceipt) -> IngestOutcome:

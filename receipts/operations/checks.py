@@ -239,7 +239,7 @@ def templates_check(settings: Settings) -> Check:
         decision = ReceiptDeriver(settings, renderer, None).derive(header)
     except Exception as exc:
         return Check(name="templates", ok=False, detail=f"{where}: {_template_error(exc)}")
-    if not isinstance(decision, ReceiptJob):
+    if not isinstance(decision, ReceiptJob) or decision.payload is None:
         return Check(name="templates", ok=False, detail=f"{where}: the sample made no email")
     subject = decision.payload["subject"]
     detail = f"{where} render the sample invoice ({settings.locale}): subject {subject!r}"

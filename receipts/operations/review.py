@@ -183,7 +183,8 @@ def retry(
     logs: a fresh window whatever the attempts say.
     """
     row = _lock_review_row(conn, key, "retried")
-    if row["payload"] is None:
+    # A row whose email could not be rendered keeps what it is rendered from.
+    if row["payload"] is None and row["render_input"] is None:
         raise Refused(
             f"{key} has no frozen email ({row['review_reason']}): there is nothing to send. "
             "Dismiss it, or resolve it if it was sent some other way."

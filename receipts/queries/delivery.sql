@@ -55,18 +55,44 @@ WITH expired AS MATERIALIZED (
            updated_at = now()
       FROM ready AS r
      WHERE o.message_key = r.message_key AND r.review_reason IS NULL
- RETURNING o.message_key, o.lease_token, o.attempts, o.payload
+ RETURNING o.message_key, o.lease_token, o.attempts, o.payload, o.render_input
 ), logged AS (
     INSERT INTO email_attempts (message_key, attempt, worker_id, lease_token)
     SELECT message_key, attempts, %(worker_id)s, lease_token FROM leased
  RETURNING id, message_key
 )
 SELECT l.message_key, l.lease_token, l.attempts, l.payload::text AS payload_text,
+       CASE WHEN l.payload IS NULL THEN l.render_input END AS render_input,
        g.id AS attempt_id, NULL::text AS review_reason
   FROM leased AS l JOIN logged AS g USING (message_key)
 UNION ALL
-SELECT message_key, NULL, attempts, NULL, NULL, review_reason
+SELECT message_key, NULL, attempts, NULL, NULL, NULL, review_reason
   FROM skipped
+
+-- name: freeze_rendered_payloads
+-- Stores the emails rendered at their rows' first claim, each once (leased rows still without one); returns each as PostgreSQL prints it, the bytes every send carries.
+UPDATE email_outbox AS o
+   SET payload = r.payload, render_input = NULL, updated_at = now()
+  FROM unnest(%(keys)s::text[], %(tokens)s::uuid[], %(payloads)s::jsonb[])
+       AS r(message_key, lease_token, payload)
+ WHERE o.message_key = r.message_key AND o.lease_token = r.lease_token AND o.payload IS NULL
+RETURNING o.message_key, o.payload::text AS payload_text
+
+-- name: review_unrenderable
+-- Leased rows whose email cannot be rendered go to review with the reason; their in-flight attempt ends as review.
+WITH moved AS (
+    UPDATE email_outbox AS o
+       SET status = 'review', review_reason = r.reason, last_error = r.error,
+           lease_token = NULL, locked_until = NULL, updated_at = now()
+      FROM unnest(%(keys)s::text[], %(tokens)s::uuid[], %(reasons)s::text[], %(errors)s::text[])
+           AS r(message_key, lease_token, reason, error)
+     WHERE o.message_key = r.message_key AND o.lease_token = r.lease_token
+ RETURNING o.message_key
+)
+UPDATE email_attempts AS a
+   SET finished_at = now(), outcome = 'review'
+  FROM moved
+ WHERE a.id = ANY(%(attempt_ids)s) AND a.message_key = moved.message_key
 
 -- name: record_attempts
 -- Writes each answer of a batch to its row only while that row is still processing under the claim's lease token (a refunded attempt restarts the retry clock when no attempt of the row can have reached the provider); every attempt row is finished, as lease_lost where the lease was taken over (the row untouched); held says which.

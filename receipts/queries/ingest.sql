@@ -8,10 +8,10 @@
 -- Atomic: one row per key, one event per id; no row back while a concurrent insert is unseen.
 WITH new_row AS (
     INSERT INTO email_outbox (message_key, purpose, account, livemode, invoice_id,
-                              source_event_id, fingerprint, payload, status, review_reason,
-                              invoice_number, customer_email, amount, currency)
+                              source_event_id, fingerprint, payload, render_input, status,
+                              review_reason, invoice_number, customer_email, amount, currency)
     VALUES (%(key)s, %(purpose)s, %(account)s, %(livemode)s, %(invoice_id)s, %(event_id)s,
-            %(fingerprint)s, %(payload)s, %(status)s, %(review_reason)s,
+            %(fingerprint)s, %(payload)s, %(render_input)s, %(status)s, %(review_reason)s,
             %(invoice_number)s, %(customer_email)s, %(amount)s, %(currency)s)
     ON CONFLICT (message_key) DO NOTHING
     RETURNING 1
@@ -43,10 +43,10 @@ RETURNING outcome, detail, message_key, (xmax = 0) AS first_delivery
 -- name: insert_outbox_row
 -- One row per message key: a second insert of the same key does nothing and returns no row.
 INSERT INTO email_outbox (message_key, purpose, account, livemode, invoice_id, source_event_id,
-                          fingerprint, payload, status, review_reason,
+                          fingerprint, payload, render_input, status, review_reason,
                           invoice_number, customer_email, amount, currency)
 VALUES (%(key)s, %(purpose)s, %(account)s, %(livemode)s, %(invoice_id)s, %(event_id)s,
-        %(fingerprint)s, %(payload)s, %(status)s, %(review_reason)s,
+        %(fingerprint)s, %(payload)s, %(render_input)s, %(status)s, %(review_reason)s,
         %(invoice_number)s, %(customer_email)s, %(amount)s, %(currency)s)
 ON CONFLICT (message_key) DO NOTHING
 RETURNING status

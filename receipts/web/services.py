@@ -17,7 +17,6 @@ from receipts.config import Settings
 from receipts.db import Database
 from receipts.ingest.delivery_events import signature_verifier
 from receipts.ingest.deriving import IN_REQUEST_BUDGET_SECONDS, ReceiptDeriver
-from receipts.ingest.rendering import Renderer
 from receipts.ingest.thin_events import ThinEvents
 from receipts.ingest.wakeup import WakeUp
 from receipts.stripe_api.client import IN_REQUEST, StripeApi
@@ -32,7 +31,6 @@ class Services:
 
     settings: Settings
     database: Database
-    renderer: Renderer
     wake_up: WakeUp
     resend_verifier: Webhook | None  # None: Resend delivery webhooks not configured
     deriver: ReceiptDeriver  # invoice -> receipt decision, with the Stripe API's facts if keyed
@@ -49,14 +47,13 @@ class Services:
             work_timeout=settings.statement_timeout,
             prepared_statements=settings.prepared_statements,
         )
-        renderer = Renderer.from_settings(settings)
         wake_up = WakeUp(database.url, NOTIFY_CHANNEL)
         api = StripeApi.from_settings(settings, IN_REQUEST)
-        deriver = ReceiptDeriver(settings, renderer, api, budget_seconds=IN_REQUEST_BUDGET_SECONDS)
+        # No renderer: the worker renders each email at its first claim.
+        deriver = ReceiptDeriver(settings, None, api, budget_seconds=IN_REQUEST_BUDGET_SECONDS)
         return cls(
             settings=settings,
             database=database,
-            renderer=renderer,
             wake_up=wake_up,
             resend_verifier=signature_verifier(settings.resend_webhook_secret),
             deriver=deriver,

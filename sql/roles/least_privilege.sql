@@ -120,7 +120,8 @@ GRANT USAGE ON SCHEMA public TO :"web", :"worker", :"operator";
 GRANT SELECT, INSERT ON stripe_events TO :"web";
 GRANT UPDATE (deliveries, last_received_at) ON stripe_events TO :"web";
 GRANT INSERT (message_key, purpose, account, livemode, invoice_id, source_event_id, fingerprint,
-              payload, status, review_reason, invoice_number, customer_email, amount, currency)
+              payload, render_input, status, review_reason, invoice_number, customer_email,
+              amount, currency)
     ON email_outbox TO :"web";
 GRANT SELECT (message_key, invoice_id, fingerprint, status, review_reason, available_at,
               first_attempt_at, lease_token, locked_until, provider_id, sent_at,
@@ -143,6 +144,9 @@ GRANT SELECT ON email_outbox TO :"worker";
 GRANT UPDATE (status, review_reason, lease_token, locked_until, first_attempt_at, attempts,
               available_at, provider_id, sent_at, last_error, updated_at)
     ON email_outbox TO :"worker";
+-- worker: the email rendered at a row's first claim (frozen once: a trigger
+-- refuses any change to a stored one)
+GRANT UPDATE (payload, render_input) ON email_outbox TO :"worker";
 GRANT SELECT ON email_attempts TO :"worker";
 GRANT INSERT (message_key, attempt, worker_id, lease_token, finished_at, outcome)
     ON email_attempts TO :"worker";
@@ -157,8 +161,8 @@ GRANT SELECT ON stripe_events, email_outbox, email_attempts, operator_actions, r
     stripe_thin_events, reconcile_runs, sending_pauses, schema_migrations TO :"operator";
 -- operator: review decisions, import, and the ingest of backfill and reconcile
 GRANT INSERT (message_key, purpose, account, livemode, invoice_id, source_event_id, fingerprint,
-              payload, status, review_reason, invoice_number, customer_email, amount, currency,
-              provider_id, sent_at)
+              payload, render_input, status, review_reason, invoice_number, customer_email,
+              amount, currency, provider_id, sent_at)
     ON email_outbox TO :"operator";
 GRANT UPDATE (status, review_reason, provider_id, sent_at, attempts, first_attempt_at,
               available_at, lease_token, locked_until, updated_at,
@@ -198,14 +202,18 @@ CREATE POLICY receipts_web_creates ON email_outbox FOR INSERT TO :"web" WITH CHE
                   || '/' || invoice_id || '/' || purpose
     AND (
         (status = 'pending' AND review_reason IS NULL AND payload IS NOT NULL
+         AND render_input IS NULL
          AND jsonb_typeof(payload -> 'to') = 'array'
          AND jsonb_array_length(payload -> 'to') = 1
          AND payload -> 'to' ->> 0 = customer_email
          AND payload -> 'tags' @> jsonb_build_array(jsonb_build_object(
                  'name', 'message_key',
                  'value', left(regexp_replace(message_key, '[^A-Za-z0-9_-]', '_', 'g'), 256))))
-        OR (status = 'review' AND payload IS NULL AND review_reason IS NOT NULL
-            AND review_reason <> 'dismissed')));
+        -- the email is rendered at the first claim, to this customer_email
+        OR (status = 'pending' AND review_reason IS NULL AND payload IS NULL
+            AND render_input IS NOT NULL AND customer_email IS NOT NULL)
+        OR (status = 'review' AND payload IS NULL AND render_input IS NULL
+            AND review_reason IS NOT NULL AND review_reason <> 'dismissed')));
 -- Delivery status: the only column of an existing row the web role may
 -- change (column grants), and only on sent rows; any other row is refused.
 CREATE POLICY receipts_web_delivery_status ON email_outbox FOR UPDATE TO :"web"
@@ -216,10 +224,13 @@ CREATE POLICY receipts_worker_reads ON email_outbox FOR SELECT TO :"worker" USIN
 -- cannot be made pending again, a review row cannot be sent behind a person.
 CREATE POLICY receipts_worker_sends ON email_outbox FOR UPDATE TO :"worker"
     USING (status IN ('pending', 'processing'))
-    WITH CHECK (status IN ('pending', 'processing')
-                OR (status = 'sent' AND provider_id IS NOT NULL)
-                OR (status = 'review' AND review_reason IS NOT NULL
-                    AND review_reason <> 'dismissed'));
+    WITH CHECK ((status IN ('pending', 'processing')
+                 OR (status = 'sent' AND provider_id IS NOT NULL)
+                 OR (status = 'review' AND review_reason IS NOT NULL
+                     AND review_reason <> 'dismissed'))
+                -- an email rendered at the first claim goes to the row's customer_email
+                AND (payload IS NULL OR customer_email IS NULL
+                     OR payload -> 'to' = jsonb_build_array(customer_email)));
 
 CREATE POLICY receipts_operator_decides ON email_outbox FOR ALL TO :"operator"
     USING (true) WITH CHECK (status <> 'processing');

@@ -59,6 +59,9 @@ SAMPLE_PARAMETERS: dict[str, Any] = {
     "fingerprint": "v2:sha256:sample",
     "legacy_fingerprint": "sha256:sample",
     "payload": Jsonb({"to": ["jenny.rosen@example.com"]}),
+    "render_input": None,
+    "payloads": [Jsonb({"to": ["jenny.rosen@example.com"]})],
+    "errors": ["TypeError"],
     "status": "pending",
     "review_reason": None,
     "new_outcome": "queued",
@@ -248,7 +251,7 @@ def test_worker_role_claims_and_records_but_cannot_create_or_delete(
         with conn.transaction():
             claim = claim_ready(
                 conn, limit=5, worker_id="w-role", lease_seconds=60, max_attempts=10,
-                retry_cutoff_hours=23,
+                retry_cutoff_hours=23, render=refuse_to_render,
             )  # fmt: skip
         [claimed] = claim.rows
         with conn.transaction():
@@ -519,6 +522,57 @@ def test_web_role_sets_delivery_status_only_on_sent_rows(roles: dict[str, str], 
     )
 
 
+def refuse_to_render(key: str, render_input: dict[str, Any]) -> dict[str, Any]:
+    raise AssertionError(f"{key} has its email already")
+
+
+def test_a_frozen_email_never_changes_whoever_asks(
+    roles: dict[str, str], db: Db, database_url: str
+) -> None:
+    """Every send of a key carries the same bytes: the worker (which may fill in an
+    email rendered at the first claim) and even the table's owner cannot change a
+    stored one; clearing it (receipts prune) stays possible."""
+    pending = insert_row(db, "in_1Frozen")
+    for url in (roles["worker"], database_url):
+        with (
+            pytest.raises(psycopg.errors.IntegrityConstraintViolation, match="cannot change"),
+            psycopg.connect(url, autocommit=True) as conn,
+        ):
+            conn.execute(
+                "UPDATE email_outbox SET payload = %s WHERE message_key = %s",
+                (Jsonb({"to": ["jenny.rosen@example.com"], "subject": "other"}), pending),
+            )
+    db.execute("UPDATE email_outbox SET payload = NULL, status = 'sent', provider_id = 're_f' "
+               "WHERE message_key = %s", (pending,))  # fmt: skip
+    assert row(db, pending)["payload"] is None
+
+
+def test_the_worker_fills_a_missing_email_only_for_the_rows_customer(
+    roles: dict[str, str], db: Db
+) -> None:
+    """A row the webhook stored without its email gets one at its first claim; the
+    worker role cannot make that email go to anyone but the row's customer_email."""
+    key = insert_row(db, "in_1Unrendered")
+    db.execute(
+        "UPDATE email_outbox SET payload = NULL, render_input = '{}', "
+        "customer_email = 'jenny.rosen@example.com' WHERE message_key = %s",
+        (key,),
+    )
+    assert refused(
+        roles["worker"],
+        "UPDATE email_outbox SET payload = %s WHERE message_key = %s",
+        (Jsonb({"to": ["attacker@example.net"]}), key),
+    )
+    assert (
+        changed_rows(
+            roles["worker"],
+            "UPDATE email_outbox SET payload = %s, render_input = NULL WHERE message_key = %s",
+            (Jsonb({"to": ["jenny.rosen@example.com"]}), key),
+        )
+        == 1
+    )
+
+
 def test_worker_role_writes_only_its_columns_of_rows_on_their_way(
     roles: dict[str, str], db: Db
 ) -> None:
@@ -530,7 +584,6 @@ def test_worker_role_writes_only_its_columns_of_rows_on_their_way(
     sent = insert_row(db, "in_1WkSent", status="sent", provider_id="re_wk")
     waiting = insert_row(db, "in_1WkReview", status="review", review_reason="attempts_exhausted")
     for column, value in (
-        ("payload", Jsonb({"to": ["attacker@example.net"]})),
         ("fingerprint", "sha256:other"),
         ("invoice_id", "in_1Elsewhere"),
         ("customer_email", "attacker@example.net"),
@@ -620,6 +673,8 @@ def test_the_privilege_check_names_what_a_role_lacks(roles: dict[str, str], db: 
         found = {refusal.statement: refusal for refusal in privileges.refusals(conn, "worker")}
     assert set(found) == {
         "delivery.sql: claim_ready",
+        "delivery.sql: freeze_rendered_payloads",
+        "delivery.sql: review_unrenderable",
         "delivery.sql: record_attempts",
         "delivery.sql: record_sending_pause",
         "delivery.sql: clear_sending_pause",

@@ -157,7 +157,7 @@ def test_the_provider_contract_migration_applies_over_every_word_written_before_
                 "INSERT INTO resend_events (svix_id, event_type, outcome) VALUES (%s, 'x', %s)",
                 (f"msg_{n}", outcome),
             )
-    assert migrate(empty_database_url) == ["007_provider_contract"]
+    assert migrate(empty_database_url)[0] == "007_provider_contract"
     with psycopg.connect(empty_database_url, autocommit=True) as conn:
         _insert_attempt(conn, "rate_limited")
         _insert_attempt(conn, "quota_exceeded")

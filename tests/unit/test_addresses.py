@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from receipts.addresses import (
+    MAX_ADDRESS_LENGTH,
+    PLAIN_ASCII_ADDRESS,
     AddressError,
     formatted_mailbox,
     is_email_address,
     mailbox_address,
+    parse_address,
     parse_mailbox,
+    parsed_address,
 )
 
 ENCODED_WORD = "=?utf-8?q?evil=40evil.example=2C?=@example.com"
@@ -92,3 +98,30 @@ def test_a_mailbox_that_is_not_exactly_one_address_on_one_line_is_refused(
         parse_mailbox(text)
     assert problem in str(raised.value) and "\n" not in str(raised.value)
     assert mailbox_address(text) is None
+
+
+@settings(max_examples=400)
+@given(st.from_regex(PLAIN_ASCII_ADDRESS, fullmatch=True))
+def test_the_plain_ascii_shortcut_agrees_with_the_standard_parser(text: str) -> None:
+    """Every address the shortcut takes, the standard parser takes too, reading it back
+    as written and splitting it the same way; the shortcut never refuses one either."""
+    try:
+        expected = parsed_address(text)
+    except AddressError:
+        with pytest.raises(AddressError):
+            parse_address(text)
+        return
+    found = parse_address(text)
+    assert (found.username, found.domain, found.addr_spec) == (
+        expected.username,
+        expected.domain,
+        text,
+    )
+
+
+def test_the_shortcut_leaves_encoded_words_and_long_addresses_to_the_checks() -> None:
+    """'=?' in a plain-looking local part and an over-long address are still refused."""
+    with pytest.raises(AddressError):
+        parse_address("=?utf-8?q?x?=@example.com")
+    with pytest.raises(AddressError):
+        parse_address("a" * MAX_ADDRESS_LENGTH + "@example.com")

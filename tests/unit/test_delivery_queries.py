@@ -13,6 +13,8 @@ def test_the_worker_runs_exactly_these_statements() -> None:
     the file's names."""
     assert set(DELIVERY) == {
         "claim_ready",
+        "freeze_rendered_payloads",
+        "review_unrenderable",
         "record_attempts",
         "listen",
         "record_sending_pause",

@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 
 from receipts.config import ConfigError, load_settings
+from receipts.delivery.providers import FileSinkProvider
+from receipts.delivery.worker import run_worker
 from receipts.ingest.rendering import Renderer
 from receipts.web import create_app
 from tests import stripe_events
@@ -67,24 +69,26 @@ def test_a_template_file_that_is_not_utf8_is_named(tmp_path: Path) -> None:
         Renderer(template_dir=tmp_path)
 
 
-def test_create_app_refuses_a_broken_template_dir(tmp_path: Path) -> None:
-    """The app factory builds the renderer, so the web process cannot start with it."""
+def test_the_worker_refuses_a_broken_template_dir(tmp_path: Path) -> None:
+    """The worker renders each email at its first claim, so it builds the renderer
+    before it claims anything and cannot start with a broken template."""
     override(tmp_path, "body.html", "{% for line in receipt.lines %}")
     settings = load_settings({**WEB_ENVIRON, "RECEIPTS_TEMPLATE_DIR": str(tmp_path)})
     with pytest.raises(ConfigError, match=r"^RECEIPTS_TEMPLATE_DIR: invoice_paid/body.html line 1"):
-        create_app(settings)
+        run_worker(settings, FileSinkProvider(tmp_path / "sent"))
 
 
-def test_gunicorn_stops_at_start_naming_the_broken_template(tmp_path: Path) -> None:
-    """Not a web process answering every invoice.paid with 500: a halt with one line."""
+def test_receipts_worker_stops_at_start_naming_the_broken_template(tmp_path: Path) -> None:
+    """Not a worker sending every receipt to review: a halt with one line."""
     override(tmp_path, "body.txt", "Hello {{ receipt.customer_name\n")
     environ = {
         **WEB_ENVIRON,
         "RECEIPTS_TEMPLATE_DIR": str(tmp_path),
+        "RECEIPTS_MAIL_DIR": str(tmp_path / "sent"),
         "PATH": str(Path(sys.executable).parent),
     }
     result = subprocess.run(
-        [str(Path(sys.executable).parent / "gunicorn"), "wsgi:app", "--bind", "127.0.0.1:0"],
+        [sys.executable, "-m", "receipts.cli", "worker"],
         cwd=ROOT,
         env=environ,
         capture_output=True,
@@ -96,6 +100,14 @@ def test_gunicorn_stops_at_start_naming_the_broken_template(tmp_path: Path) -> N
         "receipts: configuration error: RECEIPTS_TEMPLATE_DIR: invoice_paid/body.txt line 1: "
         in result.stderr
     )
+
+
+def test_the_web_process_starts_without_the_templates(tmp_path: Path) -> None:
+    """The webhook stores what the email is made from; a template it never reads
+    cannot stop it from taking Stripe's deliveries."""
+    override(tmp_path, "body.html", "{% for line in receipt.lines %}")
+    settings = load_settings({**WEB_ENVIRON, "RECEIPTS_TEMPLATE_DIR": str(tmp_path)})
+    assert create_app(settings) is not None
 
 
 def test_an_override_written_for_the_one_line_receipt_still_works(tmp_path: Path) -> None:

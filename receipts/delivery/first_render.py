@@ -1,0 +1,21 @@
+"""The worker's renderer: a receipt's email is made at its row's first claim.
+
+Built once per worker process from the same settings the web process reads
+(locale, time zone, template directory); a template that cannot render the
+samples stops the worker at start-up with a ConfigError naming it, before
+any row is claimed.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+from receipts.config import Settings
+from receipts.delivery.claims import RenderPayload
+from receipts.ingest.receipt import render_payload
+from receipts.ingest.rendering import Renderer
+
+
+def payload_renderer(settings: Settings) -> RenderPayload:
+    """``render(message_key, render_input) -> payload`` with this process's templates."""
+    return partial(render_payload, renderer=Renderer.from_settings(settings))

@@ -1,0 +1,197 @@
+"""The email is rendered at a row's first claim and frozen before any send.
+
+The webhook stores what the email is made from (``render_input``); the worker
+renders it once, in the claim's transaction, and every attempt sends the
+stored bytes (docs/architecture.md, "The frozen payload and the fingerprint").
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from flask.testing import FlaskClient
+
+from receipts.config import Settings, load_settings
+from receipts.delivery.worker import WorkerSummary, provider_from_settings, run_worker
+from receipts.ingest.events import decode_event
+from receipts.ingest.receipt import ReceiptJob, derive_receipt
+from receipts.ingest.rendering import Renderer
+from receipts.operations import review
+from receipts.operations.review import Decider
+from tests import stripe_events
+from tests.fake_provider import FakeProviderClient, running_fake_provider
+from tests.stripe_events import TEST_SECRET, encode, sign
+
+Row = dict[str, Any]
+DB = psycopg.Connection[Row]
+API_KEY = "re_first_claim"
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeProviderClient]:
+    with running_fake_provider(api_key=API_KEY) as client:
+        yield client
+
+
+@pytest.fixture
+def worker_settings(
+    database_url: str, fake: FakeProviderClient, pooling: dict[str, str]
+) -> Settings:
+    loaded = load_settings(
+        {
+            **pooling,
+            "DATABASE_URL": database_url,
+            "RESEND_API_KEY": API_KEY,
+            "RESEND_API_URL": fake.url,
+            "EMAIL_FROM": "Billing <billing@example.com>",
+            "RECEIPTS_PROVIDER_TIMEOUT": "0.5",
+            "RECEIPTS_PROVIDER_CONNECT_TIMEOUT": "0.5",
+            "RECEIPTS_SEND_RATE": "0",
+        }
+    )
+    return replace(loaded, lease_seconds=5)
+
+
+def work(settings: Settings) -> WorkerSummary:
+    provider = provider_from_settings(settings, concurrency=2)
+    try:
+        return run_worker(settings, provider, concurrency=2)
+    finally:
+        provider.close()
+
+
+def deliver(client: FlaskClient, event: dict[str, Any]) -> str:
+    body = encode(event)
+    response = client.post(
+        "/webhooks/stripe",
+        data=body,
+        headers={"Stripe-Signature": sign(body, TEST_SECRET), "Content-Type": "application/json"},
+    )
+    assert response.status_code == 200 and response.json is not None, response.json
+    key: str = response.json["message_key"]
+    return key
+
+
+def stored(db: DB, key: str) -> Row:
+    found = db.execute(
+        "SELECT status, payload, payload::text AS payload_text, render_input, review_reason, "
+        "last_error FROM email_outbox WHERE message_key = %s",
+        (key,),
+    ).fetchone()
+    assert found is not None
+    return found
+
+
+def test_the_first_claim_renders_what_ingest_would_have_and_freezes_it(
+    client: FlaskClient, db: DB, fake: FakeProviderClient, worker_settings: Settings
+) -> None:
+    """The webhook stores no email; the worker renders it, stores it, drops the input,
+    and sends exactly the stored bytes: the same email a render in the webhook makes."""
+    event = stripe_events.event(stripe_events.invoice(id="in_1FirstClaim"))
+    key = deliver(client, event)
+    assert stored(db, key)["payload"] is None
+    assert work(worker_settings).sent == 1
+    row = stored(db, key)
+    assert row["status"] == "sent" and row["render_input"] is None
+    [delivery] = fake.deliveries()
+    assert delivery["body"] == row["payload_text"] and delivery["key"] == key
+    header, _ = decode_event(encode(event).decode())
+    in_webhook = derive_receipt(
+        header, Renderer.from_settings(worker_settings), email_from="Billing <billing@example.com>"
+    )
+    assert isinstance(in_webhook, ReceiptJob) and in_webhook.payload == row["payload"]
+
+
+def test_every_attempt_after_the_first_claim_sends_the_same_bytes(
+    client: FlaskClient, db: DB, fake: FakeProviderClient, worker_settings: Settings
+) -> None:
+    """A 500 on the first attempt: the email frozen at that claim is what the retry sends."""
+    key = deliver(client, stripe_events.event(stripe_events.invoice(id="in_1Retried")))
+    fake.script({"status": 500, "name": "internal_server_error"})
+    assert work(worker_settings).retried == 1
+    first = stored(db, key)
+    assert first["status"] == "pending" and first["payload"] is not None
+    db.execute("UPDATE email_outbox SET available_at = now() WHERE message_key = %s", (key,))
+    assert work(worker_settings).sent == 1
+    [delivery] = fake.deliveries()
+    assert delivery["body"] == first["payload_text"] == stored(db, key)["payload_text"]
+
+
+def test_a_redelivery_after_the_first_claim_changes_nothing(
+    client: FlaskClient, db: DB, fake: FakeProviderClient, worker_settings: Settings
+) -> None:
+    """Stripe delivers the event again once the email is frozen and sent: a duplicate."""
+    event = stripe_events.event(stripe_events.invoice(id="in_1After"))
+    key = deliver(client, event)
+    work(worker_settings)
+    before = stored(db, key)
+    body = encode(event)
+    again = client.post(
+        "/webhooks/stripe", data=body, headers={"Stripe-Signature": sign(body, TEST_SECRET)}
+    )
+    assert again.json is not None and again.json["redelivery"] is True
+    assert stored(db, key) == before and work(worker_settings).sent == 0
+
+
+def test_an_email_the_templates_cannot_render_goes_to_review_and_the_rest_is_sent(
+    client: FlaskClient,
+    db: DB,
+    fake: FakeProviderClient,
+    worker_settings: Settings,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A subject template that divides by zero for one invoice number only (so it
+    passes the start-up check): that row goes to review as render_failed with the
+    error's type (never its message), its attempt ends as review, the other is sent."""
+    folder = tmp_path / "invoice_paid"
+    folder.mkdir()
+    (folder / "subject.txt").write_text(
+        "Receipt {{ 1 // (0 if receipt.number.startswith('ABC-') else 1) }}"
+    )
+    broken = deliver(client, stripe_events.event(stripe_events.invoice(number="ABC-1")))
+    fine = deliver(client, stripe_events.event(stripe_events.invoice(id="in_1Fine", number="OK-1")))
+    with caplog.at_level(logging.ERROR, logger="receipts.delivery.claims"):
+        summary = work(replace(worker_settings, template_dir=tmp_path))
+    assert (summary.sent, summary.review) == (1, 1)
+    row = stored(db, broken)
+    assert (row["status"], row["review_reason"]) == ("review", "render_failed")
+    assert row["last_error"] == "ZeroDivisionError" and row["payload"] is None
+    [attempt] = db.execute(
+        "SELECT outcome, finished_at FROM email_attempts WHERE message_key = %s", (broken,)
+    ).fetchall()
+    assert attempt["outcome"] == "review" and attempt["finished_at"] is not None
+    assert stored(db, fine)["status"] == "sent"
+    review.retry(db, broken, Decider(performed_by="olga", reason="fixed"), retry_cutoff_hours=23)
+    assert work(worker_settings).sent == 1  # the shipped templates render it
+    [logged] = [r for r in caplog.records if "cannot be rendered" in r.getMessage()]
+    assert logged.receipts_fields == {  # type: ignore[attr-defined]
+        "key": broken,
+        "reason": "render_failed",
+        "error": "ZeroDivisionError",
+    }
+
+
+def test_a_row_stored_with_its_email_is_sent_as_stored(
+    client: FlaskClient, db: DB, fake: FakeProviderClient, worker_settings: Settings
+) -> None:
+    """Rows an earlier release rendered in the webhook (and resends, imports) carry
+    their email: the worker renders nothing and sends it byte for byte."""
+    key = deliver(client, stripe_events.event(stripe_events.invoice(id="in_1Legacy")))
+    db.execute(
+        "UPDATE email_outbox SET payload = %s::jsonb, render_input = NULL WHERE message_key = %s",
+        (
+            '{"from": "billing@example.com", "to": ["jenny.rosen@example.com"], '
+            '"subject": "as stored", "text": "stored before", "html": "<p>stored before</p>"}',
+            key,
+        ),
+    )
+    assert work(worker_settings).sent == 1
+    [delivery] = fake.deliveries()
+    assert delivery["body"] == stored(db, key)["payload_text"]

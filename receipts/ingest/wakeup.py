@@ -39,20 +39,27 @@ class WakeUp:
         self._pending = threading.Event()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
-        self._owner_pid = 0
         self._closed = False
+        # A forked child (a gunicorn worker) inherits the object but not the thread.
+        os.register_at_fork(after_in_child=self._forget_thread)
 
     def poke(self) -> None:
         """Ask for a NOTIFY that starts after this call; never blocks on the database."""
-        self._pending.set()
+        # Already asked and not yet taken: the thread clears the flag before it
+        # sends, so that NOTIFY starts after this call too.
+        if not self._pending.is_set():
+            self._pending.set()
+        if self._thread is not None or self._closed:
+            return
         with self._lock:
-            alive = self._thread is not None and self._thread.is_alive()
-            # A forked child inherits the object but not the thread.
-            if (alive and self._owner_pid == os.getpid()) or self._closed:
-                return
-            self._owner_pid = os.getpid()
-            self._thread = threading.Thread(target=self._run, name="wake-up", daemon=True)
-            self._thread.start()
+            if self._thread is None and not self._closed:
+                self._thread = threading.Thread(target=self._run, name="wake-up", daemon=True)
+                self._thread.start()
+
+    def _forget_thread(self) -> None:
+        self._thread = None
+        self._lock = threading.Lock()
+        self._pending = threading.Event()
 
     def close(self) -> None:
         with self._lock:

@@ -11,6 +11,7 @@ override the values below.
 
 from __future__ import annotations
 
+import gc
 import os
 import shutil
 import tempfile
@@ -33,6 +34,13 @@ workers = int(os.environ.get("WEB_CONCURRENCY", "2"))
 # the pool holds at most RECEIPTS_POOL_MAX_SIZE database connections whatever
 # the thread count. tests/processes/faults/test_hostile_clients.py keeps this.
 threads = int(os.environ.get("GUNICORN_THREADS", "64"))
+# The app is built once, in the arbiter, and the workers are forked from it:
+# they share its pages (imports, compiled templates) until one writes to them.
+# Nothing in create_app connects or starts a thread (receipts/db.py,
+# receipts/deadlines.py, receipts/ingest/wakeup.py start theirs in the child).
+# A bad setting then stops the arbiter itself, before any worker is forked.
+# Code changes need a restart, not a HUP.
+preload_app = True
 
 
 def on_starting(server: Any) -> None:
@@ -53,6 +61,12 @@ def on_starting(server: Any) -> None:
         host, port = private
         address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         server.cfg.set("bind", [*server.cfg.bind, address])
+
+
+def pre_fork(server: Any, worker: Any) -> None:
+    """Keep the collector off the app's objects: a collection writes to every
+    object it visits, which would copy each shared page into each worker."""
+    gc.freeze()
 
 
 def child_exit(server: Any, worker: Any) -> None:

@@ -10,7 +10,8 @@ try:
     app = create_app()
 except ConfigError as error:
     print(f"receipts: configuration error: {error}", file=sys.stderr)
-    # 3 is gunicorn's "worker failed to boot": the arbiter stops instead of
-    # restarting workers forever with the same bad setting.
+    # Preloaded (gunicorn.conf.py), this stops the arbiter before any worker
+    # is forked; in a worker, 3 is gunicorn's "worker failed to boot": the
+    # arbiter stops instead of restarting workers forever with the same bad setting.
     raise SystemExit(3) from None
 configure_logging(app.extensions["receipts"].settings.log_format)

@@ -21,11 +21,15 @@ import logging
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
-
-import stripe
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from receipts.config import Settings
+
+if TYPE_CHECKING:
+    # Imported where a client is built or an error read: a process that only
+    # imports this module for its types (the worker, most commands) never
+    # loads the library, nor the HTTP clients it imports with itself.
+    import stripe
 
 # The longest a batch command waits for a 429's Retry-After before one more try.
 MAX_RETRY_AFTER_SECONDS = 60.0
@@ -111,6 +115,8 @@ class StripeApi:
         # The library logs every request and response, with its URL, at INFO;
         # our own log lines say what each call meant and when one failed.
         logging.getLogger("stripe").setLevel(logging.WARNING)
+        import stripe
+
         http = stripe.RequestsClient(timeout=(timing.connect, timing.read))
         self.client = stripe.StripeClient(
             api_key,
@@ -233,6 +239,8 @@ class StripeApi:
 
     def _call(self, call: Callable[[], Any]) -> Json:
         """Run one request; wait out 429s as the timing allows; translate failures."""
+        import stripe
+
         waits = 0
         while True:
             try:
@@ -249,6 +257,8 @@ class StripeApi:
 
 def translate(error: stripe.StripeError) -> ApiError:
     """Our meaning of one of the library's errors."""
+    import stripe
+
     message = _describe(error)
     if isinstance(error, stripe.APIConnectionError | stripe.RateLimitError):
         return ApiUnavailable(message)

@@ -12,6 +12,9 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
+# Every delivery is verified with it (receipts.ingest.events imports it where
+# it is used): imported with the app, so preloaded workers share it.
+import stripe  # noqa: F401
 from flask import Flask, Response, jsonify
 from werkzeug.exceptions import HTTPException
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import logging
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -278,6 +280,28 @@ def test_database_down_answers_503_so_stripe_retries(environ: dict[str, str]) ->
     ready = client.get("/readyz")
     assert ready.status_code == 503 and ready.json["failing"] == "database"
     app.extensions["receipts"].database.close()
+
+
+def test_building_the_app_starts_no_thread_and_opens_no_socket(environ: dict[str, str]) -> None:
+    """gunicorn.conf.py builds the app in the arbiter and forks the workers from
+    it: a thread would not survive the fork, a socket would be shared by them all."""
+    environ["RESEND_WEBHOOK_SECRET"] = RESEND_SECRET
+    threads, sockets = threading.enumerate(), _open_sockets()
+    app = create_app(load_settings(environ))
+    assert threading.enumerate() == threads
+    assert _open_sockets() == sockets
+    app.extensions["receipts"].database.close()
+
+
+def _open_sockets() -> set[str]:
+    fds = Path("/proc/self/fd")
+    found = set()
+    for fd in fds.iterdir():
+        with contextlib.suppress(OSError):
+            target = os.readlink(fd)
+            if target.startswith("socket:"):
+                found.add(target)
+    return found
 
 
 def test_readyz_answers_200_with_a_database(client: FlaskClient) -> None:

@@ -4,6 +4,8 @@ errors in our words, bounded waits, Connect headers, and the receipt facts it ad
 from __future__ import annotations
 
 import logging
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -23,6 +25,7 @@ from receipts.stripe_api.client import (
 from receipts.stripe_api.facts import enrich
 from tests import stripe_objects as objects
 from tests.fake_stripe_api import FakeStripeClient, running_fake_stripe_api
+from tests.real_processes import REPO
 
 API_KEY = "rk_test_unit"
 
@@ -290,3 +293,24 @@ def test_receipts_dev_stops_at_start_on_an_empty_webhook_secret(
     err = capsys.readouterr().err.strip()
     assert err.startswith("receipts: configuration error: STRIPE_WEBHOOK_SECRET: is set but empty")
     assert "\n" not in err
+
+
+def test_deriving_a_receipt_does_not_load_the_stripe_library() -> None:
+    """The receipt, its derivation and the API client's types import without the
+    stripe package (and the HTTP clients it imports at load): a process that
+    renders but never verifies a signature or calls the API does not carry it."""
+    modules = (
+        "receipts.ingest.deriving",
+        "receipts.ingest.events",
+        "receipts.stripe_api.client",
+        "receipts.stripe_api.facts",
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", f"import sys, {', '.join(modules)}; print('stripe' in sys.modules)"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert result.stdout.strip() == "False"

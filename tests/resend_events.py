@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from flask.testing import FlaskClient
-from svix.webhooks import Webhook
+from standardwebhooks import Webhook
 
 SECRET = "whsec_" + base64.b64encode(b"receipts-resend-test-secret-32by").decode()
 _ids = itertools.count(1)

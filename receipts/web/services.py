@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from flask import Flask, current_app
-from svix.webhooks import Webhook
+from standardwebhooks import Webhook
 
 from receipts.config import Settings
 from receipts.db import Database

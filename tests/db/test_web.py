@@ -20,7 +20,7 @@ import pytest
 import requests
 from flask import Flask
 from flask.testing import FlaskClient
-from svix.webhooks import Webhook
+from standardwebhooks import Webhook
 from werkzeug.serving import make_server
 
 from receipts.config import load_settings

@@ -11,11 +11,13 @@ down every module that was ever imported.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 from tests.outbox_states import Db, insert_pending
 from tests.outbox_states import row as outbox_row
-from tests.real_processes import run_receipts_recording_modules
+from tests.real_processes import REPO, run_receipts_recording_modules
 
 WEB_ONLY = ("flask", "werkzeug", "stripe", "svix")
 
@@ -39,3 +41,20 @@ def test_receipts_worker_sends_without_ever_importing_the_web_libraries(
     # The record is of this very run: the worker's own modules are in it.
     assert {"receipts.commands.worker", "receipts.delivery.worker"} <= set(modules)
     assert [m for m in modules if m.split(".")[0] in WEB_ONLY] == []
+
+
+def test_the_web_app_does_not_import_svix_api_client() -> None:
+    """The web process verifies Resend's signatures with ``standardwebhooks``; the
+    ``svix`` package would also load Svix's API client (httpx, pydantic), which
+    nothing calls, into every web worker."""
+    result = subprocess.run(
+        [sys.executable, "-c", "import sys, receipts.web; print(' '.join(sys.modules))"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    modules = result.stdout.split()
+    assert "receipts.ingest.delivery_events" in modules
+    assert [m for m in modules if m.split(".")[0] in ("svix", "pydantic")] == []

@@ -53,7 +53,8 @@ def run_drain(short: bool) -> drain.DrainFigures:
 INGEST_GOALS = ingest.IngestFigures().goals()
 DRAIN_GOALS = [
     Goal("worker", "0 ms provider: >= 2.5x the one-row-per-transaction baseline"),
-    Goal("worker", "0 ms provider: <= 0.6 ms CPU per sent row"),
+    Goal("worker", "0 ms provider: <= 0.6 ms CPU per sent row (email rendered before)"),
+    Goal("worker", "0 ms provider: <= 0.6 ms CPU per sent row, rendered at the first claim"),
     Goal("worker", "50 ms provider: >= 0.9x the latency bound at the default concurrency"),
 ]
 LATENCY_GOALS = [
@@ -82,6 +83,8 @@ def drain_goals(figures: drain.DrainFigures) -> list[Goal]:
     fast, base, slow = figures.fast, figures.baseline, figures.slow
     versus = fast.rate / base.rate if base.rate else 0.0
     cpu = fast.cpu_seconds * 1000 / max(1, fast.sent)
+    first = figures.first_claim
+    first_cpu = first.cpu_seconds * 1000 / max(1, first.sent)
     bound = figures.concurrency / figures.latency
     return [
         Goal(
@@ -94,6 +97,14 @@ def drain_goals(figures: drain.DrainFigures) -> list[Goal]:
         Goal(
             "worker",
             DRAIN_GOALS[2].goal,
+            f"{first_cpu:.2f} ms ({first.rate:.0f} rows/s, {first.rate / base.rate:.2f}x baseline)"
+            if base.rate
+            else f"{first_cpu:.2f} ms",
+            first_cpu <= 0.6,
+        ),
+        Goal(
+            "worker",
+            DRAIN_GOALS[3].goal,
             f"{slow.rate / bound:.2f} ({slow.rate:.0f} of {bound:.0f} rows/s, "
             f"concurrency {figures.concurrency})",
             slow.rate >= 0.9 * bound,

@@ -22,12 +22,15 @@ import tempfile
 from email.message import EmailMessage
 from email.parser import BytesHeaderParser
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import requests
 from requests.adapters import HTTPAdapter
+from requests.structures import CaseInsensitiveDict
+from requests.utils import check_header_validity
 
 from receipts.addresses import parse_mailbox
+from receipts.config import ConfigError
 from receipts.delivery.answers import (
     CONNECTION_ERROR,
     KEY_IN_PROGRESS,
@@ -70,7 +73,15 @@ class Provider(Protocol):
 
 
 class ResendProvider:
-    """``POST {api_url}/emails`` with the message key as ``Idempotency-Key``."""
+    """``POST {api_url}/emails`` with the message key as ``Idempotency-Key``.
+
+    Each send builds its :class:`requests.PreparedRequest` from headers made
+    once and sends it on the session, skipping what ``Session.request`` does
+    on every call (merging the environment's proxy and certificate settings,
+    cookies, auth and hooks into a request, then preparing it): half of a
+    send's CPU time at full speed. The environment (``HTTPS_PROXY``,
+    ``NO_PROXY``, ``REQUESTS_CA_BUNDLE``) is read once, here.
+    """
 
     name = "resend"
     default_rate = RESEND_DEFAULT_RATE
@@ -84,31 +95,39 @@ class ResendProvider:
         read_timeout: float,
         pool_size: int = 8,
     ) -> None:
-        self._url = api_url.rstrip("/") + "/emails"
-        self._timeout = (connect_timeout, read_timeout)
+        self._url = _prepared_url(api_url.rstrip("/") + "/emails")
         self._session = requests.Session()
         adapter = HTTPAdapter(pool_connections=1, pool_maxsize=max(1, pool_size), max_retries=0)
         self._session.mount("http://", adapter)
         self._session.mount("https://", adapter)
-        # As session auth (not a plain header) so requests skips its ~/.netrc
-        # lookup on every send: about 4% of a worker's time at full speed.
-        self._session.auth = _BearerToken(api_key)
-        self._session.headers.update(
-            {"Content-Type": "application/json", "User-Agent": "receipts-worker"}
+        self._headers = CaseInsensitiveDict(
+            {
+                "User-Agent": "receipts-worker",
+                "Accept-Encoding": "gzip, deflate",
+                "Accept": "*/*",
+                "Connection": "keep-alive",
+                "Content-Type": "application/json",
+                "Authorization": f"Bearer {api_key}",
+            }
         )
+        self._no_cookies = requests.cookies.RequestsCookieJar()
+        environment = self._session.merge_environment_settings(self._url, {}, None, None, None)
+        self._send_options: dict[str, Any] = {
+            "timeout": (connect_timeout, read_timeout),
+            # A redirect means RESEND_API_URL is not Resend's API base: the
+            # 3xx itself is the answer (a configuration error), and the API
+            # key is never sent on to another address.
+            "allow_redirects": False,
+            "stream": False,
+            "proxies": environment["proxies"],
+            "verify": environment["verify"],
+            "cert": environment["cert"],
+        }
 
     def send(self, message_key: str, payload: bytes) -> ProviderAnswer:
         try:
-            response = self._session.post(
-                self._url,
-                data=payload,
-                headers={"Idempotency-Key": message_key},
-                timeout=self._timeout,
-                # A redirect means RESEND_API_URL is not Resend's API base: the
-                # 3xx itself is the answer (a configuration error), and the API
-                # key is never sent on to another address.
-                allow_redirects=False,
-            )
+            request = self._request(message_key, payload)
+            response = self._session.send(request, **self._send_options)
         except requests.Timeout:
             return ProviderAnswer(error=TIMEOUT)
         except requests.ConnectionError:
@@ -117,17 +136,35 @@ class ResendProvider:
             return ProviderAnswer(error=type(exc).__name__)
         return classify_response(response.status_code, response.headers, response.content)
 
+    def _request(self, message_key: str, payload: bytes) -> requests.PreparedRequest:
+        """The request ``Session.post`` would prepare, with the stored bytes as its body."""
+        check_header_validity(("Idempotency-Key", message_key))
+        headers = self._headers.copy()
+        headers["Idempotency-Key"] = message_key
+        headers["Content-Length"] = str(len(payload))
+        request = requests.PreparedRequest()
+        request.method = "POST"
+        request.url = self._url
+        request.headers = headers
+        request.body = payload
+        request.hooks = {"response": []}
+        # Only read: a 3xx answer copies it into the redirect it does not follow.
+        request._cookies = self._no_cookies  # type: ignore[attr-defined]
+        return request
+
     def close(self) -> None:
         self._session.close()
 
 
-class _BearerToken(requests.auth.AuthBase):
-    def __init__(self, token: str) -> None:
-        self._header = f"Bearer {token}"
-
-    def __call__(self, request: requests.PreparedRequest) -> requests.PreparedRequest:
-        request.headers["Authorization"] = self._header
-        return request
+def _prepared_url(url: str) -> str:
+    """The URL as requests would send it (IDNA host, quoted path)."""
+    request = requests.PreparedRequest()
+    try:
+        request.prepare_url(url, None)
+    except requests.RequestException as exc:
+        raise ConfigError("RESEND_API_URL", f"is not a usable URL ({type(exc).__name__})") from exc
+    assert request.url is not None
+    return request.url
 
 
 class FileSinkProvider:

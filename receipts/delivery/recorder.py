@@ -1,10 +1,12 @@
 """Answers written to the database in batches, each only where the lease still holds.
 
 A sender hands its row's :class:`~receipts.delivery.decisions.AttemptResult`
-to :meth:`Recorder.put` and is free at once. Recorder threads take whatever
-answers are waiting (up to :data:`RECORD_BATCH`) and write them in one
-transaction, one statement (``delivery.sql: record_attempts``): one WAL flush
-for many answers, as River's job completer does. Each row is written only
+to :meth:`Recorder.put` and is free at once. The recorder thread takes
+whatever answers are waiting (up to :data:`RECORD_BATCH`) and writes them
+with one autocommit statement (``delivery.sql: record_attempts``, atomic on
+its own): one round trip and one WAL flush for many answers, as River's job
+completer does. One thread, because answers that arrive while it writes
+make the next batch larger, not another round trip. Each row is written only
 ``WHERE lease_token = …``: a worker that lost its lease writes nothing to the
 row and counts the loss. A batch that cannot be written leaves its rows
 leased; they are claimed again when their leases expire. docs/architecture.md,
@@ -29,8 +31,8 @@ from receipts.vocabulary import AttemptOutcome, RowStatus
 
 log = logging.getLogger(__name__)
 
-# Threads writing answers to the database, and the most answers one transaction holds.
-RECORDER_THREADS = 2
+# Threads writing answers to the database, and the most answers one statement holds.
+RECORDER_THREADS = 1
 RECORD_BATCH = 64
 
 Answered = tuple[claims.ClaimedRow, AttemptResult]
@@ -88,7 +90,7 @@ class Recorder:
             thread.join()
 
     def _record_answers(self) -> None:
-        """Write answers in batches, one transaction (one WAL flush) per batch."""
+        """Write answers in batches, one statement (one WAL flush) per batch."""
         while True:
             first = self._answers.get()
             if first is None:
@@ -111,7 +113,8 @@ class Recorder:
         batch.sort(key=lambda answered: answered[0].message_key)
         try:
             try:
-                with self._database.transaction() as conn:
+                # One statement, atomic on its own: no BEGIN and COMMIT round trips.
+                with self._database.autocommit() as conn:
                     held = claims.record_attempts(conn, batch)
             except (DatabaseUnavailable, psycopg.Error) as exc:
                 self._summary.count("unrecorded", len(batch))

@@ -6,7 +6,11 @@ whatever answers are waiting (up to :data:`RECORD_BATCH`) and writes them
 with one autocommit statement (``delivery.sql: record_attempts``, atomic on
 its own): one round trip and one WAL flush for many answers, as River's job
 completer does. One thread, because answers that arrive while it writes
-make the next batch larger, not another round trip. Each row is written only
+make the next batch larger, not another round trip; and when answers
+trickle in (a looping worker at a steady rate), the first of a batch waits
+up to :data:`RECORD_LINGER_SECONDS` for company, so that a statement writes
+several. The send has happened by then: the wait delays only the row's
+``sent`` in the database, never an email. Each row is written only
 ``WHERE lease_token = …``: a worker that lost its lease writes nothing to the
 row and counts the loss. A batch that cannot be written leaves its rows
 leased; they are claimed again when their leases expire. docs/architecture.md,
@@ -18,6 +22,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable
 
 import psycopg
@@ -34,6 +39,8 @@ log = logging.getLogger(__name__)
 # Threads writing answers to the database, and the most answers one statement holds.
 RECORDER_THREADS = 1
 RECORD_BATCH = 64
+# How long the first answer of a batch waits for more before it is written.
+RECORD_LINGER_SECONDS = 0.02
 
 Answered = tuple[claims.ClaimedRow, AttemptResult]
 
@@ -63,11 +70,13 @@ class Recorder:
         *,
         threads: int = RECORDER_THREADS,
         batch_size: int = RECORD_BATCH,
+        linger: float = RECORD_LINGER_SECONDS,
     ) -> None:
         self._database = database
         self._summary = summary
         self._let_go = let_go
         self._batch_size = batch_size
+        self._linger = linger
         self._answers: queue.SimpleQueue[Answered | None] = queue.SimpleQueue()
         self._threads = [
             threading.Thread(target=self._record_answers, name=f"record-{n}", daemon=True)
@@ -91,21 +100,27 @@ class Recorder:
 
     def _record_answers(self) -> None:
         """Write answers in batches, one statement (one WAL flush) per batch."""
-        while True:
+        stopping = False
+        while not stopping:
             first = self._answers.get()
             if first is None:
                 return
-            batch = [first]
-            while len(batch) < self._batch_size:
-                try:
-                    more = self._answers.get_nowait()
-                except queue.Empty:
-                    break
-                if more is None:
-                    self._answers.put(None)  # leave the stop marker for this thread's next get
-                    break
-                batch.append(more)
+            batch, stopping = self._gather(first)
             self._record_batch(batch)
+
+    def _gather(self, first: Answered) -> tuple[list[Answered], bool]:
+        """``first`` and what arrives within the linger, up to a batch; True: stop after it."""
+        batch = [first]
+        until = time.monotonic() + self._linger
+        while len(batch) < self._batch_size:
+            try:
+                more = self._answers.get(timeout=max(0.0, until - time.monotonic()))
+            except queue.Empty:
+                break
+            if more is None:
+                return batch, True
+            batch.append(more)
+        return batch, False
 
     def _record_batch(self, batch: list[Answered]) -> None:
         # In key order, so two workers writing overlapping batches (possible

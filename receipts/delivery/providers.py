@@ -19,6 +19,7 @@ import hashlib
 import os
 import re
 import tempfile
+import threading
 from email.message import EmailMessage
 from email.parser import BytesHeaderParser
 from pathlib import Path
@@ -102,7 +103,7 @@ class ResendProvider:
     ) -> None:
         self._url = _prepared_url(api_url.rstrip("/") + "/emails")
         self._session = requests.Session()
-        self._adapter = HTTPAdapter(
+        self._adapter = _OneEndpointAdapter(
             pool_connections=1, pool_maxsize=max(1, pool_size), max_retries=0
         )
         self._session.mount("http://", self._adapter)
@@ -153,6 +154,49 @@ class ResendProvider:
 
     def close(self) -> None:
         self._session.close()
+
+
+class _OneEndpointAdapter(HTTPAdapter):
+    """requests' adapter for a provider that posts to one URL with proxies and
+    certificate settings fixed when it is made (``ResendProvider._send_options``):
+    the connection pool, its certificate settings and the request target are
+    worked out on the first send to a URL and kept, instead of parsing the URL,
+    selecting a proxy, looking the pool up and checking the CA bundle on disk on
+    every send."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._pools: dict[str, Any] = {}
+        self._targets: dict[str, str] = {}
+        self._lock = threading.Lock()
+
+    def get_connection_with_tls_context(
+        self, request: requests.PreparedRequest, verify: Any, proxies: Any = None, cert: Any = None
+    ) -> Any:
+        url = request.url or ""
+        pool = self._pools.get(url)
+        if pool is None:
+            with self._lock:
+                pool = super().get_connection_with_tls_context(request, verify, proxies, cert)
+                super().cert_verify(pool, url, verify, cert)  # type: ignore[no-untyped-call]
+                self._pools[url] = pool
+        return pool
+
+    def cert_verify(self, conn: Any, url: str, verify: Any, cert: Any) -> None:
+        """Done once, when the pool was found (its settings stay on the pool)."""
+
+    def request_url(self, request: requests.PreparedRequest, proxies: Any) -> str:
+        url = request.url or ""
+        target = self._targets.get(url)
+        if target is None:
+            target = self._targets[url] = super().request_url(request, proxies)
+        return target
+
+    def close(self) -> None:
+        with self._lock:
+            self._pools.clear()
+            self._targets.clear()
+        super().close()
 
 
 def _prepared_url(url: str) -> str:

@@ -203,6 +203,8 @@ class _Limits:
 
     def quota_refusal(self, now: float) -> str | None:
         """The quota a new email would exceed, if any (counting those still being answered)."""
+        if self.daily_quota is None and self.monthly_quota is None:
+            return None  # without one, counting every email so far would only cost time
         used_today, used_month = self._used(now)
         used_today, used_month = used_today + self._reserved, used_month + self._reserved
         if self.monthly_quota is not None and used_month >= self.monthly_quota:

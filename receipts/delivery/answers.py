@@ -16,7 +16,7 @@ import json
 import math
 import re
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 # 409 answers Resend gives for a reused Idempotency-Key.
@@ -58,23 +58,31 @@ def classify_response(status: int, headers: Any, body: bytes) -> ProviderAnswer:
     invalid).
     """
     document = json_object(body)
-    answer = ProviderAnswer(
-        http_status=status,
-        retry_after=_seconds(headers.get("Retry-After")),
-        rate_limit_limit=_integer(headers.get("ratelimit-limit")),
-        rate_limit_remaining=_integer(headers.get("ratelimit-remaining")),
-        rate_limit_reset=_seconds(headers.get("ratelimit-reset")),
-    )
+    retry_after = _seconds(headers.get("Retry-After"))
+    limit = _integer(headers.get("ratelimit-limit"))
+    remaining = _integer(headers.get("ratelimit-remaining"))
+    reset = _seconds(headers.get("ratelimit-reset"))
     if 200 <= status < 300:
         provider_id = document.get("id")
-        if isinstance(provider_id, str) and provider_id:
-            return replace(answer, provider_id=provider_id)
-        return replace(answer, error="no_provider_id")
-    return replace(
-        answer,
+        accepted = isinstance(provider_id, str) and bool(provider_id)
+        return ProviderAnswer(
+            http_status=status,
+            provider_id=provider_id if accepted else None,
+            error=None if accepted else "no_provider_id",
+            retry_after=retry_after,
+            rate_limit_limit=limit,
+            rate_limit_remaining=remaining,
+            rate_limit_reset=reset,
+        )
+    return ProviderAnswer(
+        http_status=status,
         error=_error_name(document, status),
         message=_error_message(document),
         api_key_refused=_says_api_key_invalid(document.get("message")),
+        retry_after=retry_after,
+        rate_limit_limit=limit,
+        rate_limit_remaining=remaining,
+        rate_limit_reset=reset,
     )
 
 

@@ -1,9 +1,9 @@
 """LISTEN -> wake: a looping worker hears about new rows as soon as they are committed.
 
-Ingest and review send a NOTIFY on ``receipts_outbox`` in the transaction
-that makes a row ready; :class:`Listener` holds one connection that LISTENs
-(``delivery.sql: listen``) and sets the dispatcher's wake event for each
-notification. Notifications can be missed (while reconnecting) or folded
+Ingest and review send a NOTIFY on ``receipts_outbox`` once a row is ready;
+:class:`Listener` holds one connection that LISTENs (``delivery.sql:
+listen``) and wakes the dispatcher for each notification, which then claims
+at once. Notifications can be missed (while reconnecting) or folded
 together, so the dispatcher also polls; this only makes it prompt.
 docs/architecture.md, "Waking the workers", describes both sides.
 
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 
 import psycopg
 
@@ -36,9 +37,9 @@ _JOIN_SECONDS = 2.0
 
 
 class Listener:
-    """A thread turning NOTIFYs into ``wake.set()``; reconnects after ``poll_seconds``."""
+    """A thread calling ``wake()`` for NOTIFYs; reconnects after ``poll_seconds``."""
 
-    def __init__(self, database_url: str, wake: threading.Event, *, poll_seconds: float) -> None:
+    def __init__(self, database_url: str, wake: Callable[[], None], *, poll_seconds: float) -> None:
         self._database_url = database_url
         self._wake = wake
         self._poll_seconds = poll_seconds
@@ -58,10 +59,10 @@ class Listener:
             try:
                 with connect(self._database_url, autocommit=True) as conn:
                     conn.execute(queries.load("delivery")["listen"])
-                    self._wake.set()  # rows may have arrived while we were not listening
+                    self._wake()  # rows may have arrived while we were not listening
                     while not self._finished.is_set():
                         for _ in conn.notifies(timeout=_CHECK_SECONDS):
-                            self._wake.set()
+                            self._wake()
             except (DatabaseUnavailable, psycopg.Error) as exc:
                 log_fields(
                     log,
@@ -73,7 +74,7 @@ class Listener:
 
 
 def start_listener(
-    settings: Settings, wake: threading.Event, poll_seconds: float
+    settings: Settings, wake: Callable[[], None], poll_seconds: float
 ) -> Listener | None:
     """A started listener on a connection that can LISTEN, or None (and a log line saying so)."""
     url = settings.database_direct_url

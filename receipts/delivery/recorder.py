@@ -1,10 +1,16 @@
 """Answers written to the database in batches, each only where the lease still holds.
 
 A sender hands its row's :class:`~receipts.delivery.decisions.AttemptResult`
-to :meth:`Recorder.put` and is free at once. Recorder threads take whatever
-answers are waiting (up to :data:`RECORD_BATCH`) and write them in one
-transaction, one statement (``delivery.sql: record_attempts``): one WAL flush
-for many answers, as River's job completer does. Each row is written only
+to :meth:`Recorder.put` and is free at once. The recorder thread takes
+whatever answers are waiting (up to :data:`RECORD_BATCH`) and writes them
+with one autocommit statement (``delivery.sql: record_attempts``, atomic on
+its own): one round trip and one WAL flush for many answers, as River's job
+completer does. One thread, because answers that arrive while it writes
+make the next batch larger, not another round trip; and when answers
+trickle in (a looping worker at a steady rate), the first of a batch waits
+up to :data:`RECORD_LINGER_SECONDS` for company, so that a statement writes
+several. The send has happened by then: the wait delays only the row's
+``sent`` in the database, never an email. Each row is written only
 ``WHERE lease_token = …``: a worker that lost its lease writes nothing to the
 row and counts the loss. A batch that cannot be written leaves its rows
 leased; they are claimed again when their leases expire. docs/architecture.md,
@@ -16,6 +22,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable
 
 import psycopg
@@ -29,9 +36,11 @@ from receipts.vocabulary import AttemptOutcome, RowStatus
 
 log = logging.getLogger(__name__)
 
-# Threads writing answers to the database, and the most answers one transaction holds.
-RECORDER_THREADS = 2
+# Threads writing answers to the database, and the most answers one statement holds.
+RECORDER_THREADS = 1
 RECORD_BATCH = 64
+# How long the first answer of a batch waits for more before it is written.
+RECORD_LINGER_SECONDS = 0.02
 
 Answered = tuple[claims.ClaimedRow, AttemptResult]
 
@@ -61,11 +70,13 @@ class Recorder:
         *,
         threads: int = RECORDER_THREADS,
         batch_size: int = RECORD_BATCH,
+        linger: float = RECORD_LINGER_SECONDS,
     ) -> None:
         self._database = database
         self._summary = summary
         self._let_go = let_go
         self._batch_size = batch_size
+        self._linger = linger
         self._answers: queue.SimpleQueue[Answered | None] = queue.SimpleQueue()
         self._threads = [
             threading.Thread(target=self._record_answers, name=f"record-{n}", daemon=True)
@@ -88,22 +99,28 @@ class Recorder:
             thread.join()
 
     def _record_answers(self) -> None:
-        """Write answers in batches, one transaction (one WAL flush) per batch."""
-        while True:
+        """Write answers in batches, one statement (one WAL flush) per batch."""
+        stopping = False
+        while not stopping:
             first = self._answers.get()
             if first is None:
                 return
-            batch = [first]
-            while len(batch) < self._batch_size:
-                try:
-                    more = self._answers.get_nowait()
-                except queue.Empty:
-                    break
-                if more is None:
-                    self._answers.put(None)  # leave the stop marker for this thread's next get
-                    break
-                batch.append(more)
+            batch, stopping = self._gather(first)
             self._record_batch(batch)
+
+    def _gather(self, first: Answered) -> tuple[list[Answered], bool]:
+        """``first`` and what arrives within the linger, up to a batch; True: stop after it."""
+        batch = [first]
+        until = time.monotonic() + self._linger
+        while len(batch) < self._batch_size:
+            try:
+                more = self._answers.get(timeout=max(0.0, until - time.monotonic()))
+            except queue.Empty:
+                break
+            if more is None:
+                return batch, True
+            batch.append(more)
+        return batch, False
 
     def _record_batch(self, batch: list[Answered]) -> None:
         # In key order, so two workers writing overlapping batches (possible
@@ -111,7 +128,8 @@ class Recorder:
         batch.sort(key=lambda answered: answered[0].message_key)
         try:
             try:
-                with self._database.transaction() as conn:
+                # One statement, atomic on its own: no BEGIN and COMMIT round trips.
+                with self._database.autocommit() as conn:
                     held = claims.record_attempts(conn, batch)
             except (DatabaseUnavailable, psycopg.Error) as exc:
                 self._summary.count("unrecorded", len(batch))

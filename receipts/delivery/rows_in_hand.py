@@ -1,11 +1,11 @@
 """How many rows the dispatcher holds, and how many it claims at a time.
 
 A row is *in hand* from its claim until its answer is recorded (or it is
-released, or given up on). Each row in hand holds one slot of a
-``threading.BoundedSemaphore`` sized by :func:`claim_sizing`: the dispatcher
-reserves free slots before it claims, each claimed row keeps one, and whoever
-lets the row go (a recorder thread, or a sender that failed) releases it.
-Releasing a slot twice raises instead of letting the count drift.
+released, or given up on). Each row in hand holds one of the slots
+:func:`claim_sizing` sizes: the dispatcher reserves free slots before it
+claims, each claimed row keeps one, and whoever lets the row go (the
+recorder, or a sender that failed) releases it. Releasing a slot twice
+raises instead of letting the count drift.
 docs/architecture.md, "Delivery: claim, send, record", explains the sizing.
 """
 
@@ -46,38 +46,46 @@ def claim_sizing(
 
 
 class RowsInHand:
-    """One semaphore slot per row in hand; at most ``capacity`` rows at once.
+    """One slot per row in hand; at most ``capacity`` rows at once.
 
     Before it claims, the dispatcher reserves the free slots (:meth:`reserve`)
     and gives back those no claimed row took (:meth:`give_back`); whoever lets
-    a row go, from any thread, calls :meth:`let_go`.
+    a row go, from any thread, calls :meth:`let_go`. A count under a lock: the
+    dispatcher looks at it once per wake-up and each row is let go once, so
+    neither should cost a semaphore operation per slot.
     """
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
-        self._slots = threading.BoundedSemaphore(capacity)
+        self._free = capacity
+        self._lock = threading.Lock()
 
     def reserve(self, at_least: int) -> int:
         """Take every free slot if at least ``at_least`` are free (else none); how many taken."""
-        taken = 0
-        while self._slots.acquire(blocking=False):
-            taken += 1
-        if taken < at_least:
-            self.give_back(taken)
-            return 0
-        return taken
+        with self._lock:
+            taken = self._free
+            if taken < at_least or taken == 0:
+                return 0
+            self._free = 0
+            return taken
 
     def give_back(self, slots: int) -> None:
         """Return reserved slots that no row took."""
-        for _ in range(slots):
-            self._slots.release()
+        if slots:
+            self._release(slots)
 
-    def let_go(self) -> None:
-        """One row is no longer in hand: its slot is free again."""
-        self._slots.release()
+    def let_go(self) -> int:
+        """One row is no longer in hand: its slot is free again. Returns the free slots."""
+        return self._release(1)
 
     def none_in_hand(self) -> bool:
-        """True when every slot is free (looks by reserving them, then gives them back)."""
-        free = self.reserve(at_least=0)
-        self.give_back(free)
-        return free == self.capacity
+        """True when every slot is free."""
+        with self._lock:
+            return self._free == self.capacity
+
+    def _release(self, slots: int) -> int:
+        with self._lock:
+            if self._free + slots > self.capacity:
+                raise ValueError("a slot was let go more often than it was taken")
+            self._free += slots
+            return self._free

@@ -154,7 +154,8 @@ class _Dispatcher:
         )
         self.recorder = Recorder(self.database, self.summary, self._let_go)
         self.halt = threading.Event()  # set on stop or on a fatal error: no new sends
-        self.wake = threading.Event()  # a slot freed up, or a notification arrived
+        self.wake = threading.Event()  # look again: slots freed up, or a notification arrived
+        self.notified = threading.Event()  # a NOTIFY said new rows may be ready
         self.gate = PauseGate(
             self.database,
             self.limiter,
@@ -181,7 +182,7 @@ class _Dispatcher:
         deadline = started + self.max_seconds if self.max_seconds is not None else None
         listener = None
         if self.loop:
-            listener = start_listener(self.settings, self.wake, self.poll_seconds)
+            listener = start_listener(self.settings, self._notify, self.poll_seconds)
         log_fields(
             log,
             "worker started",
@@ -220,6 +221,9 @@ class _Dispatcher:
         last_claim = 0.0
         while not self._should_stop_claiming(deadline):
             self.wake.clear()
+            if self.notified.is_set():
+                self.notified.clear()
+                maybe_ready = True
             if self._sending_paused():
                 continue
             pause = self.limiter.paused_for()
@@ -250,8 +254,10 @@ class _Dispatcher:
                 maybe_ready = len(claim.rows) + len(claim.skipped) == wanted
                 if not self.loop and not maybe_ready and self.rows.none_in_hand():
                     return  # drained: nothing ready, nothing in hand
-            waited = self.wake.wait(timeout=min(0.25, pause) if pause else 0.25)
-            maybe_ready = maybe_ready or waited
+            woken = self.wake.wait(timeout=min(0.25, pause) if pause else 0.25)
+            # A drain run looks again when slots free up: rows may have become ready
+            # meanwhile. A looping worker waits for a notification or the poll.
+            maybe_ready = maybe_ready or (woken and not self.loop)
 
     def _sending_paused(self) -> bool:
         """A quota pause is in force: a drain run stops (exit 4), a loop waits and looks again."""
@@ -307,7 +313,19 @@ class _Dispatcher:
             )
         return claim
 
-    def _let_go(self) -> None:
-        """One row fewer in hand (recorded, released, or given up on)."""
-        self.rows.let_go()
+    def _notify(self) -> None:
+        """The listener heard a NOTIFY: claim at once."""
+        self.notified.set()
         self.wake.set()
+
+    def _let_go(self) -> None:
+        """One row fewer in hand (recorded, released, or given up on).
+
+        The dispatcher is woken only when that can change what it does: enough
+        slots are free for a claim, or (in a drain run) none is in hand, when
+        the run may end. Waking it for every row cost a wake-up, and in a
+        looping worker a claim that found nothing, per row.
+        """
+        free = self.rows.let_go()
+        if free == self.sizing.refill_at or (not self.loop and free == self.rows.capacity):
+            self.wake.set()

@@ -7,6 +7,7 @@ headers; each is sent for real and decided by the table of
 
 from __future__ import annotations
 
+import contextlib
 import email
 import email.policy
 import json
@@ -229,6 +230,78 @@ def test_a_refused_connection_is_a_retry() -> None:
         port = probe.getsockname()[1]
     answer = resend(f"http://127.0.0.1:{port}").send(KEY, payload())
     assert answer == ProviderAnswer(error="connection_error")
+
+
+def test_a_proxy_from_the_environment_is_used(monkeypatch: pytest.MonkeyPatch) -> None:
+    """HTTP_PROXY and friends are read once, when the provider is made, and honoured."""
+    with _recording_server() as (proxy_url, requests_seen):
+        monkeypatch.setenv("HTTP_PROXY", proxy_url)
+        monkeypatch.delenv("NO_PROXY", raising=False)
+        monkeypatch.delenv("no_proxy", raising=False)
+        provider = resend("http://resend.invalid")
+        monkeypatch.delenv("HTTP_PROXY")
+        answer = provider.send(KEY, payload())
+        provider.close()
+    assert answer.accepted and answer.provider_id == "re_recorded"
+    [(request_line, _, _)] = requests_seen
+    assert request_line == "POST http://resend.invalid/emails HTTP/1.1"
+
+
+def test_each_send_carries_its_key_the_api_key_and_the_stored_bytes() -> None:
+    body = payload()
+    with _recording_server() as (url, requests_seen):
+        provider = resend(url)
+        provider.send(KEY, body)
+        provider.send(KEY + "-2", body)
+        provider.close()
+    assert [line for line, _, _ in requests_seen] == ["POST /emails HTTP/1.1"] * 2
+    for (_, headers, sent), key in zip(requests_seen, (KEY, KEY + "-2"), strict=True):
+        assert headers["Idempotency-Key"] == key
+        assert headers["Authorization"] == f"Bearer {API_KEY}"
+        assert headers["Content-Type"] == "application/json"
+        assert headers["User-Agent"] == "receipts-worker"
+        assert headers["Content-Length"] == str(len(body)) and sent == body
+
+
+Seen = tuple[str, email.message.Message, bytes]  # request line, headers, body
+
+
+@contextlib.contextmanager
+def _recording_server() -> Iterator[tuple[str, list[Seen]]]:
+    """One keep-alive connection answered 200 with an id; every request on it, in order."""
+    seen: list[Seen] = []
+    listener = socket.create_server(("127.0.0.1", 0))
+    answer = b'{"id": "re_recorded"}'
+    reply = (
+        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+        + f"Content-Length: {len(answer)}\r\n\r\n".encode()
+        + answer
+    )
+
+    def serve() -> None:
+        with contextlib.suppress(OSError), listener.accept()[0] as connection:
+            buffered = b""
+            while chunk := connection.recv(65536):
+                buffered += chunk
+                head, separator, rest = buffered.partition(b"\r\n\r\n")
+                if not separator:
+                    continue
+                request_line, _, header_lines = head.partition(b"\r\n")
+                headers = email.message_from_bytes(header_lines)
+                length = int(headers["Content-Length"])
+                if len(rest) < length:
+                    continue
+                seen.append((request_line.decode(), headers, rest[:length]))
+                buffered = rest[length:]
+                connection.sendall(reply)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}", seen
+    finally:
+        thread.join(timeout=5)
+        listener.close()
 
 
 def test_the_fake_forgets_a_key_after_24_hours(fake: FakeProviderClient) -> None:

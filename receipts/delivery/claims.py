@@ -6,8 +6,11 @@ statement that locks ready rows (skipping rows another worker has locked, so
 no two workers take one row), moves those past the retry cutoff or the
 attempt budget to review, and leases the rest (a fresh lease token,
 ``attempts + 1``, an in-flight ``email_attempts`` row). A leased row whose
-email was left to its first claim is rendered then, and the email frozen in
-the same transaction (``freeze_rendered_payloads``) before anything is sent.
+email was left to its first claim is rendered then, and the email frozen by
+a second statement (``freeze_rendered_payloads``) before anything is sent.
+The two need not share a transaction: a worker that dies between them leaves
+a leased row without an email, which the next claim takes once the lease
+has run out and renders.
 :func:`record_attempts` runs ``delivery.sql: record_attempts``, which stores
 each answer only where the lease token still matches. docs/architecture.md,
 "Delivery: claim, send, record", describes both.
@@ -84,7 +87,7 @@ def claim_ready(
     retry_cutoff_hours: float,
     render: RenderPayload,
 ) -> Claim:
-    """Lease up to ``limit`` ready rows (one transaction; commit before sending).
+    """Lease up to ``limit`` ready rows (commit before sending; autocommit will do).
 
     Ready means pending and due, or processing with an expired lease (its
     worker died or lost touch). Rows past the retry cutoff or the attempt

@@ -281,7 +281,9 @@ class _Dispatcher:
     def _claim(self, limit: int) -> claims.Claim | None:
         """Claim up to ``limit`` rows; None when the database failed in drain mode."""
         try:
-            with self.database.transaction() as conn:
+            # Autocommit: the claim is one statement, and a first claim's email
+            # is frozen by a second one (see claims.claim_ready).
+            with self.database.autocommit() as conn:
                 claim = claims.claim_ready(
                     conn,
                     limit=limit,

@@ -24,18 +24,25 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg.types.json import Json
 
 from receipts import queries
+from receipts.ingest.events import decode_event
+from receipts.ingest.receipt import ReceiptJob, derive_receipt
+from tests import stripe_events
 from tests.fake_provider import FakeProviderClient
 from tests.helpers import wait_for
 from tests.outbox_states import insert_pending
 from tests.real_processes import finish, start_worker, worker_environ
+from tests.stripe_events import encode
 from tests.tcp_proxy import TcpProxy, Verdict, through_proxy
 
 Row = dict[str, Any]
 Db = psycopg.Connection[Row]
 
-COMMIT_ACKNOWLEDGED = b"COMMIT\x00"
+# The claim is one autocommit statement: the first ReadyForQuery ("idle") after
+# it means the server has committed the lease and waits for the worker.
+READY_IDLE = b"Z\x00\x00\x00\x05I"
 
 
 def named(statement: str) -> bytes:
@@ -48,7 +55,7 @@ def named(statement: str) -> bytes:
     return f"{first_line}\n".encode()
 
 
-CLAIM_SQL = named("claim_ready")  # leases the rows; its COMMIT ends the claim
+CLAIM_SQL = named("claim_ready")  # leases the rows, committed on its own
 RECORD_SQL = named("record_attempts")  # writes the provider's answers
 LISTEN_SQL = named("listen")
 
@@ -132,12 +139,12 @@ def test_worker_killed_after_claim_before_the_request_sends_once_after_the_lease
     proxied_environ: dict[str, str],
     direct_environ: dict[str, str],
 ) -> None:
-    """SIGKILL the moment PostgreSQL acknowledges the claim's COMMIT: the row
+    """SIGKILL the moment PostgreSQL has committed the claim: the row
     is leased, its attempt logged as unfinished, and the provider has seen
     nothing. When the lease expires the next run sends it once."""
     [key] = insert_pending(db, 1, prefix="in_1Claimed")
     worker = start_worker(proxied_environ)
-    db_proxy.on_answer_to(CLAIM_SQL, COMMIT_ACKNOWLEDGED, kill(worker))
+    db_proxy.on_answer_to(CLAIM_SQL, READY_IDLE, kill(worker))
     assert worker.wait(timeout=30) == -signal.SIGKILL
     assert statuses(db) == {"processing": 1}
     assert attempt_log(db, key) == [
@@ -149,6 +156,43 @@ def test_worker_killed_after_claim_before_the_request_sends_once_after_the_lease
     run_worker(direct_environ)
     assert fake_provider.stats()["requests"] == 1
     assert [a["outcome"] for a in attempt_log(db, key)] == [None, "sent"]
+    assert_nothing_lost_nothing_doubled(db, fake_provider, [key])
+
+
+def test_worker_killed_between_a_first_claim_and_its_email_renders_it_after_the_lease(
+    db: Db,
+    db_proxy: TcpProxy,
+    fake_provider: FakeProviderClient,
+    proxied_environ: dict[str, str],
+    direct_environ: dict[str, str],
+) -> None:
+    """A row stored as the webhook stores it (no email yet): SIGKILL once the claim
+    has committed, before the email is frozen. The row is leased without an email;
+    after the lease the next run renders it, freezes it and sends it once."""
+    [key] = insert_pending(db, 1, prefix="in_1Unfrozen")
+    invoice_id = key.split("/")[2]
+    header, _ = decode_event(
+        encode(stripe_events.event(stripe_events.invoice(id=invoice_id))).decode()
+    )
+    job = derive_receipt(header, None, email_from="Billing <billing@example.com>")
+    assert isinstance(job, ReceiptJob)
+    db.execute(
+        "UPDATE email_outbox SET payload = NULL, render_input = %s WHERE message_key = %s",
+        (Json(job.render_input), key),
+    )
+    worker = start_worker(proxied_environ)
+    db_proxy.on_answer_to(CLAIM_SQL, READY_IDLE, kill(worker))
+    assert worker.wait(timeout=30) == -signal.SIGKILL
+    leased = db.execute("SELECT status, payload FROM email_outbox").fetchone()
+    assert leased == {"status": "processing", "payload": None}
+    assert fake_provider.stats()["requests"] == 0
+
+    age_leases(db)
+    run_worker(direct_environ)
+    sent = db.execute("SELECT status, payload::text AS text FROM email_outbox").fetchone()
+    assert sent is not None and sent["status"] == "sent"
+    [delivery] = fake_provider.deliveries()
+    assert delivery["body"] == sent["text"]
     assert_nothing_lost_nothing_doubled(db, fake_provider, [key])
 
 

@@ -146,9 +146,17 @@ def _freeze(conn: Connection, rendered: list[tuple[dict[str, Any], dict[str, Any
     stored = conn.execute(
         _Q["freeze_rendered_payloads"],
         {
-            "keys": [row["message_key"] for row, _ in rendered],
-            "tokens": [row["lease_token"] for row, _ in rendered],
-            "payloads": [Jsonb(payload) for _, payload in rendered],
+            # One JSON document: an array of jsonb would be escaped element by element.
+            "rendered": Jsonb(
+                [
+                    {
+                        "message_key": row["message_key"],
+                        "lease_token": str(row["lease_token"]),
+                        "payload": payload,
+                    }
+                    for row, payload in rendered
+                ]
+            )
         },
     ).fetchall()
     texts = {found["message_key"]: found["payload_text"] for found in stored}

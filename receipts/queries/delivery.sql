@@ -73,8 +73,7 @@ SELECT message_key, NULL, attempts, NULL, NULL, NULL, review_reason
 -- Stores the emails rendered at their rows' first claim, each once (leased rows still without one); returns each as PostgreSQL prints it, the bytes every send carries.
 UPDATE email_outbox AS o
    SET payload = r.payload, render_input = NULL, updated_at = now()
-  FROM unnest(%(keys)s::text[], %(tokens)s::uuid[], %(payloads)s::jsonb[])
-       AS r(message_key, lease_token, payload)
+  FROM jsonb_to_recordset(%(rendered)s) AS r(message_key text, lease_token uuid, payload jsonb)
  WHERE o.message_key = r.message_key AND o.lease_token = r.lease_token AND o.payload IS NULL
 RETURNING o.message_key, o.payload::text AS payload_text
 

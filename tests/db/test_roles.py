@@ -60,7 +60,15 @@ SAMPLE_PARAMETERS: dict[str, Any] = {
     "legacy_fingerprint": "sha256:sample",
     "payload": Jsonb({"to": ["jenny.rosen@example.com"]}),
     "render_input": None,
-    "payloads": [Jsonb({"to": ["jenny.rosen@example.com"]})],
+    "rendered": Jsonb(
+        [
+            {
+                "message_key": "platform/test/in_1Sample/invoice-paid",
+                "lease_token": "00000000-0000-4000-8000-000000000001",
+                "payload": {"to": ["jenny.rosen@example.com"]},
+            }
+        ]
+    ),
     "errors": ["TypeError"],
     "status": "pending",
     "review_reason": None,

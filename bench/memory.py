@@ -53,7 +53,7 @@ THIRD_PARTY = [
     "babel",
     "requests",
     "prometheus_client",
-    "svix",
+    "standardwebhooks",
 ]
 
 # Runs in a fresh interpreter: resident memory before and after one import,

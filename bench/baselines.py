@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from typing import Any
 
 import stripe
@@ -38,13 +39,38 @@ def _app() -> Flask:
     return app
 
 
-def _pool() -> ConnectionPool[Any]:
-    return ConnectionPool(
-        os.environ["DATABASE_URL"], min_size=1, max_size=8, kwargs={"autocommit": True}
-    )
+class _Pool:
+    """A pool opened on first use in each process.
+
+    gunicorn.conf.py builds the app before forking the workers; a pool opened
+    then would hand every worker the same connections, and its threads would
+    not exist in the workers at all.
+    """
+
+    def __init__(self) -> None:
+        self._pool: ConnectionPool[Any] | None = None
+        self._pid = 0
+        self._lock = threading.Lock()
+
+    def connection(self) -> Any:
+        with self._lock:
+            if self._pool is None or self._pid != os.getpid():
+                self._pid = os.getpid()
+                self._pool = ConnectionPool(
+                    os.environ["DATABASE_URL"],
+                    min_size=1,
+                    max_size=8,
+                    kwargs={"autocommit": True},
+                )
+            pool = self._pool
+        return pool.connection()
 
 
-def _store(pool: ConnectionPool[Any], event_id: str, invoice: dict[str, Any]) -> None:
+def _pool() -> _Pool:
+    return _Pool()
+
+
+def _store(pool: _Pool, event_id: str, invoice: dict[str, Any]) -> None:
     key = f"platform/test/{invoice['id']}/invoice-paid"
     with pool.connection() as conn:
         conn.execute(INSERT, (key, event_id, Jsonb(invoice)))

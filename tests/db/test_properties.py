@@ -20,7 +20,7 @@ import pytest
 from flask.testing import FlaskClient
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from svix.webhooks import Webhook
+from standardwebhooks import Webhook
 
 from receipts.config import load_settings
 from receipts.web import create_app

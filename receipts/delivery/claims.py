@@ -161,7 +161,9 @@ def _freeze(conn: Connection, rendered: list[tuple[dict[str, Any], dict[str, Any
     ).fetchall()
     texts = {found["message_key"]: found["payload_text"] for found in stored}
     for row, _ in rendered:
-        row["payload_text"] = texts[row["message_key"]]
+        # Missing only if the lease ran out before the email was frozen: the row
+        # is another worker's now, so this claim lets it go unsent.
+        row["payload_text"] = texts.get(row["message_key"])
 
 
 def _review_unrenderable(

@@ -16,8 +16,10 @@ from typing import Any
 import psycopg
 import pytest
 from flask.testing import FlaskClient
+from psycopg.rows import dict_row
 
 from receipts.config import Settings, load_settings
+from receipts.delivery.claims import claim_ready
 from receipts.delivery.worker import WorkerSummary, provider_from_settings, run_worker
 from receipts.ingest.events import decode_event
 from receipts.ingest.receipt import ReceiptJob, derive_receipt
@@ -195,3 +197,31 @@ def test_a_row_stored_with_its_email_is_sent_as_stored(
     assert work(worker_settings).sent == 1
     [delivery] = fake.deliveries()
     assert delivery["body"] == stored(db, key)["payload_text"]
+
+
+def test_a_first_claim_whose_lease_ran_out_before_the_freeze_lets_the_row_go(
+    client: FlaskClient, db: DB, database_url: str
+) -> None:
+    """Another worker took the row between the claim and the freeze (the lease ran
+    out meanwhile): this claim stores nothing and hands the row to no sender."""
+    key = deliver(client, stripe_events.event(stripe_events.invoice(id="in_1LeaseGone")))
+
+    def render_while_the_lease_is_taken(found: str, render_input: dict[str, Any]) -> dict[str, Any]:
+        db.execute(
+            "UPDATE email_outbox SET lease_token = gen_random_uuid() WHERE message_key = %s",
+            (found,),
+        )
+        return {"to": ["jenny.rosen@example.com"], "subject": "late"}
+
+    with psycopg.connect(database_url, autocommit=True, row_factory=dict_row) as conn:
+        claim = claim_ready(
+            conn,
+            limit=5,
+            worker_id="w-late",
+            lease_seconds=60,
+            max_attempts=10,
+            retry_cutoff_hours=23,
+            render=render_while_the_lease_is_taken,
+        )
+    assert (claim.rows, claim.skipped) == ([], [])
+    assert stored(db, key)["payload"] is None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import os
@@ -15,9 +16,10 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import psycopg
 import requests
@@ -27,9 +29,19 @@ from receipts.migrations import migrate
 from tests.helpers import free_port
 from tests.stripe_events import TEST_SECRET, event, invoice, sign
 
+T = TypeVar("T")
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 WRK_SCRIPT = Path(__file__).resolve().parent / "post_events.lua"
+
+
+def measure_alone(
+    parser: Callable[[], argparse.ArgumentParser], measure: Callable[[argparse.Namespace], T]
+) -> T:
+    """``python -m bench.NAME``: read its options, print the machine, run it once."""
+    args = parser().parse_args()
+    print(f"machine: {machine()}")
+    return measure(args)
 
 
 def server_url_or_exit() -> str:

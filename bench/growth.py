@@ -29,7 +29,7 @@ import psycopg
 from bench.common import (
     Gunicorn,
     LoadResult,
-    machine,
+    measure_alone,
     run_wrk,
     server_url_or_exit,
     signed_events,
@@ -109,9 +109,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main() -> int:
-    args = parser().parse_args()
-    print(f"machine: {machine()}")
-    measure(args)
+    measure_alone(parser, measure)
     return 0
 
 

@@ -33,7 +33,7 @@ from bench.baselines import CREATE_TABLE
 from bench.common import (
     Gunicorn,
     LoadResult,
-    machine,
+    measure_alone,
     ratio,
     run_wrk,
     server_url_or_exit,
@@ -141,9 +141,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main() -> int:
-    args = parser().parse_args()
-    print(f"machine: {machine()}")
-    measure(args)
+    measure_alone(parser, measure)
     return 0
 
 

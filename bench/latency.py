@@ -54,7 +54,7 @@ from bench.common import (
     Gunicorn,
     connection_peak,
     cpu_seconds,
-    machine,
+    measure_alone,
     peak_rss_mb,
     server_url_or_exit,
     sign_invoices,
@@ -159,9 +159,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main() -> int:
-    args = parser().parse_args()
-    print(f"machine: {machine()}")
-    measure(args)
+    measure_alone(parser, measure)
     return 0
 
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from bench.common import (
     ROOT,
     Gunicorn,
-    machine,
+    measure_alone,
     run_wrk,
     server_url_or_exit,
     signed_events,
@@ -105,9 +105,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main() -> int:
-    args = parser().parse_args()
-    print(f"machine: {machine()}")
-    measure(args)
+    measure_alone(parser, measure)
     return 0
 
 

@@ -32,7 +32,7 @@ from bench.common import (
     ROOT,
     BoxCpu,
     connection_peak,
-    machine,
+    measure_alone,
     ratio,
     server_url_or_exit,
     throwaway_database,
@@ -113,9 +113,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main() -> int:
-    args = parser().parse_args()
-    print(f"machine: {machine()}")
-    figures = measure(args)
+    figures = measure_alone(parser, measure)
     return 0 if figures.double_sends == 0 else 1
 
 

@@ -190,13 +190,13 @@ _TEMPLATE_INVOICE = "in_1BenchTemplate"
 
 def _fill_unrendered(url: str, rows: int) -> None:
     """Rows exactly as ingest stores a one-line paid invoice: render_input, no payload."""
-    from receipts.ingest.events import decode_event
-    from receipts.ingest.receipt import ReceiptJob, derive_receipt
+    from receipts.ingest.verification import decode_event
+    from receipts.receipt.derivation import ReceiptJob, derive_receipt
     from tests.stripe_events import encode, event, invoice
 
     header, _ = decode_event(encode(event(invoice(id=_TEMPLATE_INVOICE))).decode())
-    job = derive_receipt(header, None, email_from="Billing <billing@example.com>")
-    assert isinstance(job, ReceiptJob) and job.render_input is not None
+    job = derive_receipt(header, email_from="Billing <billing@example.com>")
+    assert isinstance(job, ReceiptJob)
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(
             """INSERT INTO email_outbox (message_key, purpose, account, livemode, invoice_id,

@@ -4,14 +4,13 @@ Run by hand (not part of the tests)::
 
     .venv/bin/python -m bench.render [--event FILE] [--locale de_DE] [--rounds 7] [--number 500]
 
-It times ``derive_receipt`` (read the invoice, render subject, text and HTML,
-fingerprint) on the largest event in ``examples/`` unless ``--event`` names
-another, and prints the best and median of several rounds, and the time to
-build the renderer (done once per web process, at start-up). Times are the
-process's CPU time, which other load on a shared machine disturbs far less
-than wall-clock time. It uses only
-``parse_event``, ``derive_receipt`` and ``Renderer(locale=…)``, so the same
-script measures an older checkout too (``PYTHONPATH=<checkout> python bench/render.py``).
+It times ``derive_receipt`` (read the invoice, fingerprint) followed by
+``render_payload`` (render subject, text and HTML), as a receipt costs between
+the webhook and its first claim, on the largest event in ``examples/`` unless
+``--event`` names another, and prints the best and median of several rounds,
+and the time to build the renderer (done once per worker process, at
+start-up). Times are the process's CPU time, which other load on a shared
+machine disturbs far less than wall-clock time.
 """
 
 from __future__ import annotations
@@ -35,9 +34,10 @@ def main() -> int:
     parser.add_argument("--number", type=int, default=500, help="receipts per round")
     args = parser.parse_args()
 
-    from receipts.ingest.events import parse_event
-    from receipts.ingest.receipt import derive_receipt
-    from receipts.ingest.rendering import Renderer
+    from receipts.receipt.derivation import ReceiptJob, derive_receipt
+    from receipts.receipt.event import parse_event
+    from receipts.receipt.payload import render_payload
+    from receipts.receipt.rendering import Renderer
 
     path = args.event or max(EXAMPLES.glob("*.json"), key=lambda p: p.stat().st_size)
     event: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
@@ -47,7 +47,9 @@ def main() -> int:
     header = parse_event(event)
 
     def one() -> object:
-        return derive_receipt(header, renderer, email_from="billing@example.com")
+        job = derive_receipt(header, email_from="billing@example.com")
+        assert isinstance(job, ReceiptJob)
+        return render_payload(job.message_key, job.render_input, renderer)
 
     one()  # warm caches, as a running web process has them
     per_receipt = []

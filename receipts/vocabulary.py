@@ -14,8 +14,6 @@ NOTIFY_CHANNEL = "receipts_outbox"
 # Fingerprint prefix of rows `receipts import` recorded as sent by an earlier
 # sender: any later event for such a key is a duplicate, never a conflict.
 IMPORTED_FINGERPRINT_PREFIX = "imported:"
-# The one purpose a message key names today.
-PURPOSE = "invoice-paid"
 
 
 class RowStatus(StrEnum):

@@ -14,7 +14,7 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from receipts.ingest.receipt import message_key, resend_tag_value
+from receipts.message_keys import message_key, provider_tag
 
 Db = psycopg.Connection[dict[str, Any]]
 
@@ -29,7 +29,7 @@ def payload(key: str, to: str = "jenny.rosen@example.com") -> dict[str, Any]:
         "subject": "Receipt for invoice ABC-0001",
         "text": BODY_TEXT,
         "html": f"<p>{BODY_TEXT}</p>",
-        "tags": [{"name": "message_key", "value": resend_tag_value(key)}],
+        "tags": [{"name": "message_key", "value": provider_tag(key)}],
     }
 
 

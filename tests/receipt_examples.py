@@ -7,10 +7,11 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from receipts.ingest.api_facts import ApiFacts, PaymentMethod
-from receipts.ingest.events import parse_event
-from receipts.ingest.receipt import Decision, ReceiptJob, derive_receipt
-from receipts.ingest.rendering import Renderer
+from receipts.receipt.api_facts import ApiFacts, PaymentMethod
+from receipts.receipt.derivation import Decision, ReceiptJob, derive_receipt
+from receipts.receipt.event import parse_event
+from receipts.receipt.payload import render_payload
+from receipts.receipt.rendering import Renderer
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 FROM = "Billing <billing@example.com>"
@@ -44,13 +45,19 @@ def renderer(locale: str = "en_US", timezone: str = "UTC") -> Renderer:
     return Renderer(locale=locale, timezone=timezone)
 
 
-def derive(event: dict[str, Any], using: Renderer | None = None, **options: Any) -> Decision:
+def derive(event: dict[str, Any], **options: Any) -> Decision:
     """What ingest would decide for ``event``; zero-value invoices are sent too."""
     options.setdefault("send_zero_value", True)
-    return derive_receipt(parse_event(event), using or renderer(), email_from=FROM, **options)
+    return derive_receipt(parse_event(event), email_from=FROM, **options)
 
 
-def job(event: dict[str, Any], using: Renderer | None = None, **options: Any) -> ReceiptJob:
-    decision = derive(event, using, **options)
+def job(event: dict[str, Any], **options: Any) -> ReceiptJob:
+    decision = derive(event, **options)
     assert isinstance(decision, ReceiptJob), decision
     return decision
+
+
+def email(event: dict[str, Any], using: Renderer | None = None, **options: Any) -> dict[str, Any]:
+    """The frozen email the worker would make of ``event`` at its first claim."""
+    receipt = job(event, **options)
+    return render_payload(receipt.message_key, receipt.render_input, using or renderer())

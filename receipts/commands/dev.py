@@ -44,7 +44,7 @@ from receipts.logs import configure_logging, log_fields
 from receipts.migrations import migrate
 from receipts.web import create_app
 
-log = logging.getLogger("receipts.dev")
+log = logging.getLogger(__name__)
 
 HOST = "127.0.0.1"
 WORKER_CONCURRENCY = 2

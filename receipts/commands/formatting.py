@@ -30,7 +30,7 @@ def money(amount: int | None, currency: str | None) -> str | None:
     """``$19.99``, ``¥500``: an amount in the currency's smallest unit, formatted for reading."""
     if amount is None or currency is None:
         return None
-    from receipts.ingest.rendering import format_amount
+    from receipts.receipt.money import format_amount
 
     try:
         return format_amount(amount, currency, "en_US")

@@ -20,7 +20,7 @@ from receipts.operations.importing import ImportRejected, import_sent, parse_csv
 from receipts.operations.operator_input import InvalidInput
 from receipts.operations.review import Decider, operator_name
 
-log = logging.getLogger("receipts.import")
+log = logging.getLogger(__name__)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

@@ -20,14 +20,11 @@ from typing import Any
 
 from receipts.config import ConfigError, load_settings
 from receipts.delivery.providers import build_email
-from receipts.ingest.catalogs import parse_locale
-from receipts.ingest.events import MalformedEvent, parse_event
-from receipts.ingest.receipt import (
-    Ignored,
-    UnsendableReceipt,
-    derive_receipt,
-)
-from receipts.ingest.rendering import Renderer
+from receipts.receipt.catalogs import parse_locale
+from receipts.receipt.derivation import Ignored, UnsendableReceipt, derive_receipt
+from receipts.receipt.event import MalformedEvent, parse_event
+from receipts.receipt.payload import render_payload
+from receipts.receipt.rendering import Renderer
 
 FORMATS = ("text", "html", "eml")
 PREVIEW_FROM = "Receipts preview <receipts-preview@example.com>"
@@ -59,7 +56,6 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         header = parse_event(_read_event(args.event))
         decision = derive_receipt(
             header,
-            renderer,
             email_from=settings.email_from or PREVIEW_FROM,
             reply_to=settings.reply_to,
             send_zero_value=True,
@@ -73,8 +69,8 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     if isinstance(decision, UnsendableReceipt):
         print(f"receipts preview: needs review: {decision.reason}", file=sys.stderr)
         return 1
-    assert decision.payload is not None  # rendered here, with a renderer
-    sys.stdout.write(_output(args.format, decision.message_key, decision.payload))
+    payload = render_payload(decision.message_key, decision.render_input, renderer)
+    sys.stdout.write(_output(args.format, decision.message_key, payload))
     return 0
 
 

@@ -27,7 +27,7 @@ from receipts.operations.retention import (
     prune,
 )
 
-log = logging.getLogger("receipts.prune")
+log = logging.getLogger(__name__)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

@@ -32,7 +32,7 @@ from receipts.operations.review import (
 )
 from receipts.operations.timeline import names_message_key
 
-log = logging.getLogger("receipts.operations.review")
+log = logging.getLogger(__name__)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

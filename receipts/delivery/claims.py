@@ -29,8 +29,8 @@ from psycopg.types.json import Jsonb
 from receipts import queries
 from receipts.db import Connection
 from receipts.delivery.decisions import AttemptResult
-from receipts.ingest.invoice_values import UnusableInvoice
 from receipts.logs import log_fields
+from receipts.receipt.invoice_values import UnusableInvoice
 from receipts.vocabulary import ReviewReason, RowStatus
 
 __all__ = [

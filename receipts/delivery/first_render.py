@@ -12,8 +12,8 @@ from functools import partial
 
 from receipts.config import Settings
 from receipts.delivery.claims import RenderPayload
-from receipts.ingest.receipt import render_payload
-from receipts.ingest.rendering import Renderer
+from receipts.receipt.payload import render_payload
+from receipts.receipt.rendering import Renderer
 
 
 def payload_renderer(settings: Settings) -> RenderPayload:

@@ -31,7 +31,7 @@ from receipts.delivery.sending_pause import PauseGate, describe_reason, utc
 from receipts.delivery.summary import ExitCode, WorkerSummary
 from receipts.logs import log_fields
 
-log = logging.getLogger("receipts.delivery.worker")
+log = logging.getLogger(__name__)
 
 
 @dataclass(kw_only=True)

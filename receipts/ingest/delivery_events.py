@@ -44,7 +44,8 @@ from standardwebhooks import Webhook, WebhookVerificationError
 from receipts import queries
 from receipts.config import ConfigError
 from receipts.db import Connection
-from receipts.ingest.events import RejectedDelivery
+from receipts.ingest.verification import RejectedDelivery
+from receipts.message_keys import invoice_id_in_tag
 from receipts.vocabulary import DeliveryEventOutcome, DeliveryStatus
 
 # Resend event type -> the delivery_status it sets.
@@ -64,8 +65,6 @@ SIGNATURE_HEADERS = ("svix-id", "svix-timestamp", "svix-signature")
 # What a delivery did: a stored ``resend_events.outcome``, or ``duplicate``.
 Outcome = DeliveryEventOutcome | Literal["duplicate"]
 
-# The invoice ids in a message_key tag (``platform_test_in_1Abc_invoice-paid``).
-_TAG_INVOICE_IDS = re.compile(r"(?:^|_)(in_[A-Za-z0-9]+)(?=_|$)")
 # What is kept of the reason Resend gives: short machine words.
 _DETAIL_CHARACTERS = re.compile(r"[^A-Za-z0-9_ ./:-]")
 
@@ -99,17 +98,17 @@ def signature_verifier(secret: str | None) -> Webhook | None:
 
 
 def verified_event(verifier: Webhook, body: bytes, headers: Mapping[str, str]) -> DeliveryEvent:
-    """The event, if Svix's headers sign this raw body; else RejectedDelivery (400)."""
+    """The event, if Svix's headers sign this raw body; else RejectedDelivery."""
     signed = {name: headers.get(name, "") for name in SIGNATURE_HEADERS}
     missing = [name for name, value in signed.items() if not value]
     if missing:
-        raise RejectedDelivery(400, f"missing {', '.join(missing)} header(s)")
+        raise RejectedDelivery(f"missing {', '.join(missing)} header(s)")
     try:
         verifier.verify(body, _standard_names(signed), json_parse=False)
     except WebhookVerificationError as exc:
-        raise RejectedDelivery(400, f"signature not verified: {exc}") from None
+        raise RejectedDelivery(f"signature not verified: {exc}") from None
     except (ValueError, binascii.Error, UnicodeDecodeError):
-        raise RejectedDelivery(400, "malformed svix-signature header") from None
+        raise RejectedDelivery("malformed svix-signature header") from None
     return parse(body, signed["svix-id"])
 
 
@@ -125,19 +124,19 @@ _UNSTORABLE = re.compile("[\x00-\x1f\x7f\ud800-\udfff]")
 
 
 def parse(body: bytes, svix_id: str) -> DeliveryEvent:
-    """The fields we keep of a verified body; RejectedDelivery (400) if it is no Resend event."""
+    """The fields we keep of a verified body; RejectedDelivery if it is no Resend event."""
     try:
         document = json.loads(body)
     except (ValueError, RecursionError):
-        raise RejectedDelivery(400, "body is not JSON") from None
+        raise RejectedDelivery("body is not JSON") from None
     if not isinstance(document, dict) or not isinstance(document.get("type"), str):
-        raise RejectedDelivery(400, "not a Resend event: no 'type'")
+        raise RejectedDelivery("not a Resend event: no 'type'")
     data = document.get("data")
     if not isinstance(data, dict):
-        raise RejectedDelivery(400, "not a Resend event: no 'data' object")
+        raise RejectedDelivery("not a Resend event: no 'data' object")
     email_id = data.get("email_id")
     if email_id is not None and not isinstance(email_id, str):
-        raise RejectedDelivery(400, "'data.email_id' is not a string")
+        raise RejectedDelivery("'data.email_id' is not a string")
     return DeliveryEvent(
         svix_id=_storable(svix_id, "svix-id", 200),
         event_type=_storable(document["type"], "type", 100),
@@ -150,9 +149,9 @@ def parse(body: bytes, svix_id: str) -> DeliveryEvent:
 
 
 def _storable(value: str, field: str, limit: int) -> str:
-    """``value`` cut to ``limit``; RejectedDelivery (400) if it holds unstorable text."""
+    """``value`` cut to ``limit``; RejectedDelivery if it holds unstorable text."""
     if _UNSTORABLE.search(value):
-        raise RejectedDelivery(400, f"{field!r} holds control characters or invalid Unicode")
+        raise RejectedDelivery(f"{field!r} holds control characters or invalid Unicode")
     return value[:limit]
 
 
@@ -266,13 +265,11 @@ def receipt_named_by_tag(conn: Connection, tag: str | None) -> str | None:
     """The one receipt whose message key gives this Resend tag, if exactly one does.
 
     A tag is the key with every character Resend refuses turned into ``_``
-    (``receipt.resend_tag_value``), so it is looked up through the invoice
-    id it carries and compared whole.
+    (:func:`receipts.message_keys.provider_tag`), so it is looked up through
+    the invoice id it carries and compared whole.
     """
-    invoice_ids = _TAG_INVOICE_IDS.findall(tag or "")
-    if not invoice_ids:
+    invoice_id = invoice_id_in_tag(tag)
+    if invoice_id is None:
         return None
-    found = conn.execute(
-        _Q["receipts_for_tag"], {"invoice_ids": invoice_ids, "tag": tag}
-    ).fetchall()
+    found = conn.execute(_Q["receipts_for_tag"], {"invoice_id": invoice_id, "tag": tag}).fetchall()
     return found[0]["message_key"] if len(found) == 1 else None

@@ -13,17 +13,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 from receipts.config import Settings
-from receipts.ingest.api_facts import ApiFacts
-from receipts.ingest.events import EventHeader
-from receipts.ingest.receipt import Decision, derive_receipt
+from receipts.receipt.api_facts import ApiFacts
+from receipts.receipt.derivation import Decision, derive_receipt
+from receipts.receipt.event import EventHeader
 from receipts.stripe_api.client import Scope, StripeApi
 from receipts.stripe_api.facts import enrich
-
-if TYPE_CHECKING:
-    from receipts.ingest.rendering import Renderer
 
 # Inside a webhook request the look-ups share this budget; the rest are skipped.
 IN_REQUEST_BUDGET_SECONDS = 4.0
@@ -32,20 +28,18 @@ IN_REQUEST_BUDGET_SECONDS = 4.0
 class ReceiptDeriver:
     """Derives receipts with one set of settings and, optionally, the API.
 
-    Without a renderer (ingest's way) the emails are rendered by the worker at
-    their first claim; with one (previews, checks) they are rendered here.
+    The emails are not rendered here: every source stores what the email is
+    rendered from, and the worker renders it at the row's first claim.
     """
 
     def __init__(
         self,
         settings: Settings,
-        renderer: Renderer | None,
         api: StripeApi | None,
         *,
         budget_seconds: float | None = None,
     ) -> None:
         self.settings = settings
-        self.renderer = renderer
         self.api = api
         self._budget = budget_seconds
 
@@ -65,7 +59,6 @@ class ReceiptDeriver:
     def _derive(self, header: EventHeader, facts: ApiFacts | None) -> Decision:
         return derive_receipt(
             header,
-            self.renderer,
             email_from=self.settings.email_from or "",
             reply_to=self.settings.reply_to,
             send_zero_value=self.settings.send_zero_value,

@@ -14,14 +14,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from psycopg.types.json import Json, Jsonb
+from psycopg.types.json import Json
 
 from receipts import queries
 from receipts.db import Connection
-from receipts.ingest.events import EventHeader
-from receipts.ingest.invoice_summary import InvoiceSummary, summarize
-from receipts.ingest.receipt import Decision, Ignored, ReceiptJob, UnsendableReceipt
-from receipts.vocabulary import IMPORTED_FINGERPRINT_PREFIX, PURPOSE, IngestOutcome, RowStatus
+from receipts.receipt.derivation import Decision, Ignored, ReceiptJob, UnsendableReceipt
+from receipts.receipt.event import EventHeader
+from receipts.receipt.invoice_summary import InvoiceSummary, summarize
+from receipts.vocabulary import IMPORTED_FINGERPRINT_PREFIX, IngestOutcome, RowStatus
 
 _Q = queries.load("ingest")
 
@@ -98,29 +98,24 @@ def _summary(header: EventHeader, decision: ReceiptJob | UnsendableReceipt) -> I
 
 
 def _outbox_row(header: EventHeader, decision: ReceiptJob | UnsendableReceipt) -> dict[str, Any]:
-    """The parameters of a new outbox row: pending with its email (or what the worker
-    renders it from), or review with its reason, and what support looks it up by
+    """The parameters of a new outbox row: pending with what the worker renders its
+    email from, or review with its reason, and what support looks it up by
     (invoice number, customer address, amount)."""
     job = decision if isinstance(decision, ReceiptJob) else None
     return {
         **_summary(header, decision).columns(),
         "key": decision.message_key,
-        "purpose": PURPOSE,
+        "purpose": decision.purpose,
         "account": header.account,
         "livemode": header.livemode,
         "invoice_id": decision.invoice_id,
         "event_id": header.event_id,
         "fingerprint": decision.fingerprint,
         "legacy_fingerprint": decision.legacy_fingerprint,
-        "payload": _jsonb(job.payload if job else None),
-        "render_input": Json(job.render_input) if job and job.render_input else None,
+        "render_input": Json(job.render_input) if job else None,
         "status": RowStatus.PENDING if job else RowStatus.REVIEW,
         "review_reason": decision.reason if isinstance(decision, UnsendableReceipt) else None,
     }
-
-
-def _jsonb(document: dict[str, Any] | None) -> Jsonb | None:
-    return None if document is None else Jsonb(document)
 
 
 def _new_row_outcome(decision: ReceiptJob | UnsendableReceipt) -> IngestOutcome:

@@ -11,24 +11,26 @@ same secrets as every Stripe delivery) and the library's
    goes through the same derivation as a snapshot ``invoice.paid``, so both
    formats of one invoice give one message key and one email;
 3. one transaction records the event and the outbox row and marks the
-   notification resolved; Stripe gets 200.
+   notification resolved.
 
-When the API cannot be reached, refuses our key, or no key is configured,
-the notification stays ``pending`` and Stripe gets 503, so it redelivers
-(for up to three days); each redelivery tries again. ``receipts backfill``
-resolves whatever is still pending after that. An invoice the API does not
-know in the notification's account, or one that is not paid, is recorded as
-ignored with its reason.
+:meth:`ThinEvents.receive` returns a :class:`ThinOutcome`: ``recorded`` (the
+web answers 200), or ``pending`` when the API cannot be reached, refuses our
+key, or no key is configured, and ``unavailable`` when the database is down
+(both answered 503, so Stripe redelivers for up to three days and each
+redelivery tries again). :meth:`ThinEvents.resolve_pending` is the sweep
+``receipts backfill`` runs over whatever is still pending after that. An
+invoice the API does not know in the notification's account, or one that is
+not paid, is recorded as ignored with its reason.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import time
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
+from enum import StrEnum
 from typing import Any
 
 import stripe
@@ -37,33 +39,43 @@ from psycopg.types.json import Jsonb
 from receipts import queries
 from receipts.db import Database, DatabaseUnavailable
 from receipts.ingest.deriving import ReceiptDeriver
-from receipts.ingest.events import MalformedEvent, RejectedDelivery
-from receipts.ingest.receipt import Decision, Ignored
 from receipts.ingest.store import IngestResult, ingest
 from receipts.ingest.thin_notifications import (
     INVOICE_PAID,
     PARSE_ONLY_KEY,
     Notification,
-    looks_thin,
     parse,
 )
+from receipts.ingest.verification import RejectedDelivery
 from receipts.ingest.wakeup import WakeUp
 from receipts.logs import log_fields
+from receipts.receipt.derivation import Decision, Ignored
+from receipts.receipt.event import MalformedEvent
 from receipts.stripe_api.client import ApiError, ApiRefused, NotFound
 
-log = logging.getLogger("receipts.web.thin_events")
+log = logging.getLogger(__name__)
 
-__all__ = ["ThinAnswer", "ThinEvents", "looks_thin"]
+
+class ThinState(StrEnum):
+    """Where one received notification stands."""
+
+    RECORDED = "recorded"  # its event (and outbox row) are stored: done
+    PENDING = "pending"  # stored, the invoice not yet fetched: a redelivery tries again
+    UNAVAILABLE = "unavailable"  # the database could not store it
 
 
 @dataclass(frozen=True, kw_only=True)
-class ThinAnswer:
-    """What the webhook answers Stripe, and the type and outcome for the metrics."""
+class ThinOutcome:
+    """What receiving one thin notification did."""
 
-    status: int
-    body: dict[str, Any]
+    state: ThinState
+    event_id: str
     event_type: str
+    # The ingest outcome when recorded; why it is pending otherwise (``no_api_key``…).
     outcome: str
+    message_key: str | None = None
+    redelivery: bool = False
+    detail: str | None = None  # why it is pending or unavailable, for the answer
 
 
 @dataclass
@@ -86,31 +98,26 @@ class ThinEvents:
         api = deriver.api
         self._parser = api.client if api is not None else stripe.StripeClient(PARSE_ONLY_KEY)
 
-    def receive(self, text: str) -> ThinAnswer:
-        """Answer one verified thin notification (may raise RejectedDelivery)."""
-        started = time.perf_counter()
+    def receive(self, text: str) -> ThinOutcome:
+        """Store and resolve one verified thin notification (may raise RejectedDelivery)."""
         notification = parse(text, self._parser)
         try:
-            answer = self._receive(notification)
+            return self._receive(notification)
         except DatabaseUnavailable as exc:
             log_fields(log, "stripe thin event not stored", logging.ERROR,
                        event_id=notification.event_id, reason=str(exc))  # fmt: skip
-            answer = ThinAnswer(
-                status=503,
-                body={"error": "database unavailable, retry later"},
+            return ThinOutcome(
+                state=ThinState.UNAVAILABLE,
+                event_id=notification.event_id,
                 event_type=notification.event_type,
                 outcome="unavailable",
+                detail="database unavailable",
             )
-        log_fields(log, "stripe thin event", _level(answer), event_id=notification.event_id,
-                   type=notification.event_type, status=answer.status, outcome=answer.outcome,
-                   key=answer.body.get("message_key"), detail=answer.body.get("error"),
-                   ms=round((time.perf_counter() - started) * 1000, 1))  # fmt: skip
-        return answer
 
-    def _receive(self, notification: Notification) -> ThinAnswer:
+    def _receive(self, notification: Notification) -> ThinOutcome:
         if notification.event_type != INVOICE_PAID:
             result = self._record(notification, {}, Ignored(reason="event_type_not_handled"))
-            return _answer(notification, result)
+            return _recorded(notification, result)
         with self._database.autocommit() as conn:
             stored = conn.execute(
                 _Q["record_thin_event"],
@@ -129,16 +136,16 @@ class ThinEvents:
                     _Q["recorded_event"], {"event_id": notification.event_id}
                 ).fetchone()
         if recorded is not None:
-            return _stored_answer(notification, recorded)
+            return _recorded_before(notification, recorded)
         if self._deriver.api is None:
-            return _pending_answer(notification, "STRIPE_API_KEY is not set: the invoice of a "
-                                   "thin event cannot be fetched", "no_api_key")  # fmt: skip
+            return _pending(notification, "STRIPE_API_KEY is not set: the invoice of a "
+                            "thin event cannot be fetched", "no_api_key")  # fmt: skip
         try:
             result = self.resolve(notification)
         except ApiError as exc:
             kind = "api_refused" if isinstance(exc, ApiRefused) else "api_unavailable"
-            return _pending_answer(notification, f"Stripe API: {exc}", kind)
-        return _answer(notification, result)
+            return _pending(notification, f"Stripe API: {exc}", kind)
+        return _recorded(notification, result)
 
     def resolve(self, notification: Notification) -> IngestResult:
         """Fetch the invoice, derive, ingest and mark the notification resolved.
@@ -218,38 +225,33 @@ class ThinEvents:
 _Q = queries.load("stripe_api")
 
 
-def _answer(notification: Notification, result: IngestResult) -> ThinAnswer:
-    return ThinAnswer(
-        status=200,
-        body={"received": True, "outcome": result.outcome, "message_key": result.message_key},
+def _recorded(notification: Notification, result: IngestResult) -> ThinOutcome:
+    return ThinOutcome(
+        state=ThinState.RECORDED,
+        event_id=notification.event_id,
         event_type=notification.event_type,
-        outcome="redelivery" if result.redelivery else result.outcome,
+        outcome=result.outcome,
+        message_key=result.message_key,
+        redelivery=result.redelivery,
     )
 
 
-def _stored_answer(notification: Notification, recorded: dict[str, Any]) -> ThinAnswer:
-    return ThinAnswer(
-        status=200,
-        body={
-            "received": True,
-            "outcome": recorded["outcome"],
-            "message_key": recorded["message_key"],
-        },
+def _recorded_before(notification: Notification, recorded: dict[str, Any]) -> ThinOutcome:
+    return ThinOutcome(
+        state=ThinState.RECORDED,
+        event_id=notification.event_id,
         event_type=notification.event_type,
-        outcome="redelivery",
+        outcome=recorded["outcome"],
+        message_key=recorded["message_key"],
+        redelivery=True,
     )
 
 
-def _pending_answer(notification: Notification, reason: str, outcome: str) -> ThinAnswer:
-    return ThinAnswer(
-        status=503,
-        body={"error": f"{reason}; the notification is stored, retry later"},
+def _pending(notification: Notification, reason: str, outcome: str) -> ThinOutcome:
+    return ThinOutcome(
+        state=ThinState.PENDING,
+        event_id=notification.event_id,
         event_type=notification.event_type,
         outcome=outcome,
+        detail=reason,
     )
-
-
-def _level(answer: ThinAnswer) -> int:
-    if answer.status >= 500:
-        return logging.ERROR
-    return logging.WARNING if answer.outcome in ("conflict", "review") else logging.INFO

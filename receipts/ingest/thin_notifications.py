@@ -5,7 +5,7 @@ already checked against every configured secret) builds the library's typed
 notification; this module checks what the message key depends on: an event
 id, a type, ``livemode``, the invoice in ``related_object`` and the Connect
 account that ``context`` names (its last segment), and raises
-``RejectedDelivery(400)`` when one is unusable, as for a malformed snapshot.
+:class:`RejectedDelivery` when one is unusable, as for a malformed snapshot.
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ from typing import Any
 
 import stripe
 
-from receipts.ingest.events import EventHeader, RejectedDelivery
+from receipts.ingest.verification import RejectedDelivery
+from receipts.receipt.event import EventHeader
 from receipts.stripe_api.client import Scope
 
 INVOICE_PAID = "v1.invoice.paid"
@@ -70,25 +71,25 @@ class Notification:
 
 
 def parse(text: str, parser: stripe.StripeClient) -> Notification:
-    """Read verified text with the library; raise RejectedDelivery(400) if it is not usable."""
+    """Read verified text with the library; raise RejectedDelivery if it is not usable."""
     try:
         notification = parser.parse_event_notification_without_verification(text)
         body = json.loads(text)
         json.dumps(body, ensure_ascii=False).encode("utf-8")
     except (ValueError, KeyError, TypeError, UnicodeEncodeError) as exc:
-        raise RejectedDelivery(400, f"not a usable thin event notification: {exc}") from None
+        raise RejectedDelivery(f"not a usable thin event notification: {exc}") from None
     if "\\u0000" in text:
         # The body is stored as jsonb, which cannot hold a NUL character.
-        raise RejectedDelivery(400, "thin event notification contains \\u0000")
+        raise RejectedDelivery("thin event notification contains \\u0000")
     related = getattr(notification, "related_object", None)
     invoice_id = getattr(related, "id", None)
     problem = _problem(notification.id, notification.type, body, invoice_id)
     if problem is not None:
-        raise RejectedDelivery(400, f"not a usable thin event notification: {problem}")
+        raise RejectedDelivery(f"not a usable thin event notification: {problem}")
     context = str(notification.context) if notification.context else None
     account = _account(context)
     if account is None:
-        raise RejectedDelivery(400, "thin event context does not name a Connect account")
+        raise RejectedDelivery("thin event context does not name a Connect account")
     return Notification(
         event_id=notification.id,
         event_type=notification.type,

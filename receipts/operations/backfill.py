@@ -21,9 +21,9 @@ from typing import Any
 from receipts import queries
 from receipts.db import Database
 from receipts.ingest.deriving import ReceiptDeriver
-from receipts.ingest.events import MalformedEvent, parse_event
 from receipts.ingest.thin_events import SweepReport, ThinEvents
 from receipts.operations.stripe_sync import Progress, ingest_recorded, scopes, wake_workers
+from receipts.receipt.event import MalformedEvent, parse_event
 from receipts.stripe_api.client import Scope
 
 ALREADY_STORED = "already stored"

@@ -227,21 +227,22 @@ SAMPLE_EVENT: dict[str, Any] = {
 
 def templates_check(settings: Settings) -> Check:
     """The templates (packaged or RECEIPTS_TEMPLATE_DIR) compile and render the sample."""
-    from receipts.ingest.deriving import ReceiptDeriver
-    from receipts.ingest.events import parse_event
-    from receipts.ingest.receipt import ReceiptJob
-    from receipts.ingest.rendering import Renderer
+    from receipts.receipt.derivation import ReceiptJob, derive_receipt
+    from receipts.receipt.event import parse_event
+    from receipts.receipt.payload import render_payload
+    from receipts.receipt.rendering import Renderer
 
     where = str(settings.template_dir) if settings.template_dir else "the packaged templates"
     try:
         renderer = Renderer(locale=settings.locale, template_dir=settings.template_dir)
         header = parse_event(json.loads(json.dumps(SAMPLE_EVENT)))
-        decision = ReceiptDeriver(settings, renderer, None).derive(header)
+        decision = derive_receipt(header, email_from=settings.email_from or "")
+        if not isinstance(decision, ReceiptJob):
+            return Check(name="templates", ok=False, detail=f"{where}: the sample made no email")
+        payload = render_payload(decision.message_key, decision.render_input, renderer)
     except Exception as exc:
         return Check(name="templates", ok=False, detail=f"{where}: {_template_error(exc)}")
-    if not isinstance(decision, ReceiptJob) or decision.payload is None:
-        return Check(name="templates", ok=False, detail=f"{where}: the sample made no email")
-    subject = decision.payload["subject"]
+    subject = payload["subject"]
     detail = f"{where} render the sample invoice ({settings.locale}): subject {subject!r}"
     return Check(name="templates", ok=True, detail=detail)
 

@@ -26,11 +26,10 @@ from datetime import UTC, datetime
 
 from receipts import queries
 from receipts.db import Connection
-from receipts.ingest.events import MalformedEvent
-from receipts.ingest.receipt import message_key
+from receipts.message_keys import INVOICE_PAID, InvalidMessageKey, message_key
 from receipts.operations.operator_input import parse_sent_at, shown
 from receipts.operations.review import Decider
-from receipts.vocabulary import IMPORTED_FINGERPRINT_PREFIX, PURPOSE, RowStatus
+from receipts.vocabulary import IMPORTED_FINGERPRINT_PREFIX, RowStatus
 
 _IMPORTS = queries.load("imports")
 
@@ -130,7 +129,7 @@ def _parse_line(line: int, fields: list[str], now: datetime) -> SentReceipt:
         raise ValueError("provider_id must be printable ASCII without spaces, 200 at most")
     try:
         key = message_key(account, mode == "live", invoice_id)
-    except MalformedEvent as exc:
+    except InvalidMessageKey as exc:
         raise ValueError(str(exc)) from None
     return SentReceipt(
         line=line,
@@ -166,7 +165,7 @@ def import_sent(
         for row in conn.execute(
             _IMPORTS["insert_imported_rows"],
             {
-                "purpose": PURPOSE,
+                "purpose": INVOICE_PAID,
                 "source_event_id": IMPORTED_SOURCE_EVENT,
                 "fingerprint_prefix": IMPORTED_FINGERPRINT_PREFIX,
             },

@@ -16,7 +16,7 @@ from typing import Any, LiteralString
 
 from receipts import queries
 from receipts.db import Connection
-from receipts.ingest.receipt import resend_tag_value
+from receipts.message_keys import invoice_id_in_tag, provider_tag
 from receipts.vocabulary import IMPORTED_FINGERPRINT_PREFIX, IngestOutcome
 
 _REPORTS = queries.load("reports")
@@ -32,7 +32,6 @@ _EVENT_ID = re.compile(r"(evt_|reconcile:|backfill:)\S+")
 _PROVIDER_ID = re.compile(
     r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|file_[0-9a-f]{32}", re.I
 )
-_INVOICE_IN_TAG = re.compile(r"in_[A-Za-z0-9]+")
 
 # Why an event made no receipt, in the words support needs.
 IGNORED_BECAUSE = {
@@ -130,12 +129,14 @@ def _provider_keys(conn: Connection, provider_id: str) -> list[str]:
     keys = set(_keys(conn, _REPORTS["keys_of_provider_id"], provider_id=provider_id))
     tags = _REPORTS["tags_of_provider_id"]
     for tag in _keys(conn, tags, provider_id=provider_id, column="message_tag"):
-        for invoice_id in _INVOICE_IN_TAG.findall(tag):
-            keys.update(
-                key
-                for key in _keys(conn, _REPORTS["keys_of_invoice"], invoice_id=invoice_id)
-                if resend_tag_value(key) == tag
-            )
+        invoice_id = invoice_id_in_tag(tag)
+        if invoice_id is None:
+            continue
+        keys.update(
+            key
+            for key in _keys(conn, _REPORTS["keys_of_invoice"], invoice_id=invoice_id)
+            if provider_tag(key) == tag
+        )
     return sorted(keys)
 
 

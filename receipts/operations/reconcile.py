@@ -19,10 +19,10 @@ from typing import Any
 from receipts import queries
 from receipts.db import Database
 from receipts.ingest.deriving import ReceiptDeriver
-from receipts.ingest.events import EventHeader, MalformedEvent
-from receipts.ingest.receipt import message_key
 from receipts.ingest.store import IngestResult
+from receipts.message_keys import InvalidMessageKey, message_key
 from receipts.operations.stripe_sync import Progress, ingest_recorded, scopes, wake_workers
+from receipts.receipt.event import EventHeader, MalformedEvent
 from receipts.stripe_api.client import ApiError, Scope
 
 RECONCILE_EVENT_PREFIX = "reconcile:"
@@ -128,7 +128,7 @@ class Reconcile:
     def _key(self, scope: Scope, invoice: dict[str, Any]) -> str:
         try:
             return message_key(scope.account, invoice.get("livemode") is True, invoice["id"])
-        except MalformedEvent:
+        except InvalidMessageKey:
             return ""
 
     def _apply(self) -> None:

@@ -16,7 +16,7 @@ from psycopg.types.json import Jsonb
 from receipts import queries
 from receipts.addresses import is_email_address
 from receipts.db import Connection
-from receipts.ingest.receipt import MAX_KEY_LENGTH, resend_tag_value
+from receipts.message_keys import MAX_KEY_LENGTH, provider_tag
 from receipts.operations.review import Decider, Refused, record_action, wake_workers
 from receipts.vocabulary import RowStatus
 
@@ -107,5 +107,5 @@ def _resend_payload(payload: dict[str, Any], new_key: str, to: str | None) -> di
     if to is not None:
         copy["to"] = [to]
     tags = [tag for tag in copy.get("tags") or [] if tag.get("name") != "message_key"]
-    copy["tags"] = [*tags, {"name": "message_key", "value": resend_tag_value(new_key)}]
+    copy["tags"] = [*tags, {"name": "message_key", "value": provider_tag(new_key)}]
     return copy

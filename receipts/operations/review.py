@@ -27,7 +27,7 @@ from receipts import queries
 from receipts.config import PROVIDER_KEY_RETENTION_HOURS
 from receipts.db import Connection
 from receipts.ingest.delivery_events import DELIVERY_STATUSES
-from receipts.ingest.receipt import resend_tag_value
+from receipts.message_keys import provider_tag
 from receipts.operations.operator_input import InvalidInput, operator
 from receipts.operations.timeline import may_have_been_accepted
 from receipts.vocabulary import NOTIFY_CHANNEL, ReviewReason, RowStatus
@@ -111,7 +111,7 @@ def evidence_of_unrecorded_sends(
     """By receipt: the emails Resend accepted for it that it never recorded."""
     if not keys:
         return {}
-    by_tag = {resend_tag_value(key): key for key in keys}
+    by_tag = {provider_tag(key): key for key in keys}
     found: dict[str, list[dict[str, Any]]] = {}
     for row in conn.execute(
         _REVIEW["evidence_of_unrecorded_sends"], {"keys": keys, "tags": list(by_tag)}

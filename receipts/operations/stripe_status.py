@@ -21,7 +21,7 @@ from receipts.commands.formatting import duration
 from receipts.db import Connection, Database, DatabaseUnavailable, describe_error
 from receipts.logs import log_fields
 
-log = logging.getLogger("receipts.web.metrics")
+log = logging.getLogger(__name__)
 
 # A reconcile run older than this no longer says anything about today.
 RECONCILE_STALE_SECONDS = 36 * 3600

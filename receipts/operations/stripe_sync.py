@@ -20,11 +20,10 @@ from receipts.config import ConfigError, Settings, load_settings
 from receipts.db import Connection
 from receipts.dev.state import with_dev_database
 from receipts.ingest.deriving import ReceiptDeriver
-from receipts.ingest.events import EventHeader
-from receipts.ingest.receipt import Decision
-from receipts.ingest.rendering import Renderer
 from receipts.ingest.store import IngestResult, ingest
 from receipts.logs import configure_logging
+from receipts.receipt.derivation import Decision
+from receipts.receipt.event import EventHeader
 from receipts.stripe_api.client import BATCH, Scope, StripeApi
 from receipts.vocabulary import NOTIFY_CHANNEL
 
@@ -81,12 +80,11 @@ def stripe_setup(environ: Mapping[str, str], command: str, *, derives: bool) -> 
     required = ("DATABASE_URL", "EMAIL_FROM") if derives else ("DATABASE_URL",)
     settings = load_settings(with_dev_database(environ), required=required)
     assert settings.database_url is not None
-    renderer = Renderer.from_settings(settings)
     api = StripeApi.from_settings(settings, BATCH)
     return StripeSetup(
         settings=settings,
         database_url=settings.database_url,
-        deriver=ReceiptDeriver(settings, renderer, api),
+        deriver=ReceiptDeriver(settings, api),
     )
 
 

@@ -19,7 +19,7 @@ from typing import Any
 from receipts import queries
 from receipts.config import PROVIDER_KEY_RETENTION_HOURS
 from receipts.db import Connection
-from receipts.ingest.receipt import resend_tag_value
+from receipts.message_keys import provider_tag
 from receipts.vocabulary import NOT_SENT_OUTCOMES, AttemptOutcome
 
 _REPORTS = queries.load("reports")
@@ -58,7 +58,7 @@ def read_timeline(conn: Connection, key: str, *, with_payload: bool = False) -> 
         attempts=_attempts(conn, key),
         actions=conn.execute(_REPORTS["timeline_operator_actions"], by_key).fetchall(),
         deliveries=conn.execute(
-            _REPORTS["timeline_delivery_events"], {"key": key, "tag": resend_tag_value(key)}
+            _REPORTS["timeline_delivery_events"], {"key": key, "tag": provider_tag(key)}
         ).fetchall(),
         payload=payload,
     )

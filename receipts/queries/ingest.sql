@@ -8,10 +8,10 @@
 -- Atomic: one row per key, one event per id; no row back while a concurrent insert is unseen.
 WITH new_row AS (
     INSERT INTO email_outbox (message_key, purpose, account, livemode, invoice_id,
-                              source_event_id, fingerprint, payload, render_input, status,
+                              source_event_id, fingerprint, render_input, status,
                               review_reason, invoice_number, customer_email, amount, currency)
     VALUES (%(key)s, %(purpose)s, %(account)s, %(livemode)s, %(invoice_id)s, %(event_id)s,
-            %(fingerprint)s, %(payload)s, %(render_input)s, %(status)s, %(review_reason)s,
+            %(fingerprint)s, %(render_input)s, %(status)s, %(review_reason)s,
             %(invoice_number)s, %(customer_email)s, %(amount)s, %(currency)s)
     ON CONFLICT (message_key) DO NOTHING
     RETURNING 1
@@ -43,10 +43,10 @@ RETURNING outcome, detail, message_key, (xmax = 0) AS first_delivery
 -- name: insert_outbox_row
 -- One row per message key: a second insert of the same key does nothing and returns no row.
 INSERT INTO email_outbox (message_key, purpose, account, livemode, invoice_id, source_event_id,
-                          fingerprint, payload, render_input, status, review_reason,
+                          fingerprint, render_input, status, review_reason,
                           invoice_number, customer_email, amount, currency)
 VALUES (%(key)s, %(purpose)s, %(account)s, %(livemode)s, %(invoice_id)s, %(event_id)s,
-        %(fingerprint)s, %(payload)s, %(render_input)s, %(status)s, %(review_reason)s,
+        %(fingerprint)s, %(render_input)s, %(status)s, %(review_reason)s,
         %(invoice_number)s, %(customer_email)s, %(amount)s, %(currency)s)
 ON CONFLICT (message_key) DO NOTHING
 RETURNING status
@@ -102,8 +102,8 @@ SELECT message_key FROM email_outbox WHERE provider_id = %(email_id)s LIMIT 1
 UPDATE resend_events SET outcome = %(outcome)s, message_key = %(key)s WHERE svix_id = %(svix_id)s
 
 -- name: receipts_for_tag
--- The receipts of the given invoices whose message key gives this Resend tag (characters Resend refuses as _); reads keys only.
+-- The receipts of the invoice whose message key gives this Resend tag (characters Resend refuses as _, as receipts.message_keys.provider_tag); reads keys only.
 SELECT message_key FROM email_outbox
-WHERE invoice_id = ANY(%(invoice_ids)s)
+WHERE invoice_id = %(invoice_id)s
   AND left(regexp_replace(message_key, '[^A-Za-z0-9_-]', '_', 'g'), 256) = %(tag)s
 LIMIT 2

@@ -22,11 +22,11 @@ from typing import TypeVar
 
 from prometheus_client import Counter
 
-from receipts.ingest.api_facts import ApiFacts, PaymentMethod
 from receipts.logs import log_fields
+from receipts.receipt.api_facts import ApiFacts, PaymentMethod
 from receipts.stripe_api.client import ApiError, Json, NotFound, Scope, StripeApi
 
-log = logging.getLogger("receipts.stripe_api")
+log = logging.getLogger(__name__)
 
 LOOKUPS = Counter(
     "receipts_stripe_api_lookups",

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-# Every delivery is verified with it (receipts.ingest.events imports it where
+# Every delivery is verified with it (receipts.ingest.verification imports it where
 # it is used): imported with the app, so preloaded workers share it.
 import stripe  # noqa: F401
 from flask import Flask, Response, jsonify

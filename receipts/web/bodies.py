@@ -13,9 +13,8 @@ the whole body within ``RECEIPTS_BODY_TIMEOUT`` seconds is answered 408: this
 process's deadline thread (:mod:`receipts.deadlines`) shuts the read side of
 its socket, which wakes the blocked read at once, and the connection is closed
 after the answer. The bound is on the whole body, not each read, so a client
-trickling a byte at a time gains nothing. Refusals are
-:class:`RejectedDelivery`, which the routes answer and count with the status
-they send.
+trickling a byte at a time gains nothing. Refusals are :class:`BodyRefused`,
+carrying the status the routes answer and count.
 """
 
 from __future__ import annotations
@@ -27,17 +26,25 @@ from typing import Any
 
 from receipts import deadlines
 from receipts.deadlines import Deadline
-from receipts.ingest.events import RejectedDelivery
 
 _READ_SIZE = 64 * 1024
 _TOO_SLOW = "the request body did not arrive within {:g} s"
 
 
+class BodyRefused(Exception):
+    """A body we will not read on: 413 too large, 408 too slow, 400 unreadable."""
+
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+
+
 def read_body(environ: Mapping[str, Any], *, limit: int, timeout: float | None = None) -> bytes:
-    """The whole request body; RejectedDelivery (413 too large, 408 too slow, 400 unreadable)."""
+    """The whole request body; BodyRefused when it is too large, too slow or unreadable."""
     length = _declared_length(environ)
     if length is not None and length > limit:
-        raise RejectedDelivery(413, "body too large")
+        raise BodyRefused(413, "body too large")
     if length is None and not _is_chunked(environ):
         return b""  # neither a length nor chunks: HTTP says there is no body
     wanted = length if length is not None else limit + 1
@@ -47,13 +54,13 @@ def read_body(environ: Mapping[str, Any], *, limit: int, timeout: float | None =
         except Exception:  # a malformed chunk, a reset, a read cut by the deadline
             body = None
     if deadline is not None and deadline.expired:
-        raise RejectedDelivery(408, _TOO_SLOW.format(timeout))
+        raise BodyRefused(408, _TOO_SLOW.format(timeout))
     if body is None:
-        raise RejectedDelivery(400, "the request body could not be read")
+        raise BodyRefused(400, "the request body could not be read")
     if len(body) > limit:
-        raise RejectedDelivery(413, "body too large")
+        raise BodyRefused(413, "body too large")
     if length is not None and len(body) < length:
-        raise RejectedDelivery(400, "the request body ended before its Content-Length")
+        raise BodyRefused(400, "the request body ended before its Content-Length")
     return body
 
 
@@ -76,7 +83,7 @@ def _declared_length(environ: Mapping[str, Any]) -> int | None:
     if not raw:
         return None
     if not raw.isdigit():
-        raise RejectedDelivery(400, "malformed Content-Length")
+        raise BodyRefused(400, "malformed Content-Length")
     return int(raw)
 
 

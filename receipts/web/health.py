@@ -16,7 +16,7 @@ from receipts.db import DatabaseUnavailable
 from receipts.logs import log_fields
 from receipts.web.services import services
 
-log = logging.getLogger("receipts.web")
+log = logging.getLogger(__name__)
 
 blueprint = Blueprint("health", __name__)
 

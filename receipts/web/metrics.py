@@ -57,7 +57,7 @@ from receipts.operations.stripe_status import StripeCollector
 from receipts.vocabulary import ReviewReason
 from receipts.web import metrics_access
 
-log = logging.getLogger("receipts.web.metrics")
+log = logging.getLogger(__name__)
 _REPORTS = queries.load("reports")
 
 blueprint = Blueprint("metrics", __name__)

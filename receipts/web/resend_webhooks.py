@@ -24,14 +24,14 @@ from receipts.ingest.delivery_events import (
     record_delivery_event,
     verified_event,
 )
-from receipts.ingest.events import RejectedDelivery
+from receipts.ingest.verification import RejectedDelivery
 from receipts.logs import log_fields
 from receipts.vocabulary import NOT_DELIVERED
 from receipts.web import metrics
-from receipts.web.bodies import read_body
+from receipts.web.bodies import BodyRefused, read_body
 from receipts.web.services import services
 
-log = logging.getLogger("receipts.web")
+log = logging.getLogger(__name__)
 
 blueprint = Blueprint("resend_webhooks", __name__)
 
@@ -42,22 +42,17 @@ _UNCONFIGURED = "Resend delivery webhooks are not configured: set RESEND_WEBHOOK
 def receive_resend_event() -> tuple[Response, int]:
     started = time.perf_counter()
     event_type = "unknown"
+    if services().resend_verifier is None:
+        return _refused(503, _UNCONFIGURED, "unconfigured", started)
     try:
         event = _verified_event()
         event_type = metrics.event_type_label(event.event_type, EVIDENCE_TYPES)
         with services().database.transaction() as conn:
             outcome = record_delivery_event(conn, event)
+    except BodyRefused as refused:
+        return _refused(refused.status, refused.reason, "rejected", started)
     except RejectedDelivery as rejected:
-        label = "unconfigured" if rejected.status == 503 else "rejected"
-        log_fields(
-            log,
-            "resend webhook rejected",
-            logging.WARNING,
-            status=rejected.status,
-            reason=rejected.reason,
-        )
-        metrics.count_webhook("resend", event_type, label, rejected.status, started)
-        return jsonify(error=rejected.reason), rejected.status
+        return _refused(400, rejected.reason, "rejected", started)
     except DatabaseUnavailable as exc:
         log_fields(log, "resend webhook not stored", logging.ERROR, reason=str(exc))
         metrics.count_webhook("resend", event_type, "unavailable", 503, started)
@@ -83,6 +78,12 @@ def receive_resend_event() -> tuple[Response, int]:
     return jsonify(received=True, outcome=outcome), 200
 
 
+def _refused(status: int, reason: str, label: str, started: float) -> tuple[Response, int]:
+    log_fields(log, "resend webhook rejected", logging.WARNING, status=status, reason=reason)
+    metrics.count_webhook("resend", "unknown", label, status, started)
+    return jsonify(error=reason), status
+
+
 def _level(event: DeliveryEvent, outcome: str) -> int:
     """WARNING for what a person may have to act on: a receipt the customer did not
     get, a send nobody recorded, an email nobody knows."""
@@ -97,8 +98,7 @@ def _level(event: DeliveryEvent, outcome: str) -> int:
 def _verified_event() -> DeliveryEvent:
     svc = services()
     verifier = svc.resend_verifier
-    if verifier is None:
-        raise RejectedDelivery(503, _UNCONFIGURED)
+    assert verifier is not None
     body = read_body(
         request.environ,
         limit=svc.settings.max_body_bytes,

@@ -49,8 +49,7 @@ class Services:
         )
         wake_up = WakeUp(database.url, NOTIFY_CHANNEL)
         api = StripeApi.from_settings(settings, IN_REQUEST)
-        # No renderer: the worker renders each email at its first claim.
-        deriver = ReceiptDeriver(settings, None, api, budget_seconds=IN_REQUEST_BUDGET_SECONDS)
+        deriver = ReceiptDeriver(settings, api, budget_seconds=IN_REQUEST_BUDGET_SECONDS)
         return cls(
             settings=settings,
             database=database,

@@ -16,23 +16,19 @@ from flask import Blueprint, Response, jsonify, request
 from werkzeug.exceptions import HTTPException
 
 from receipts.db import DatabaseUnavailable
-from receipts.ingest.events import (
-    EventHeader,
-    MalformedEvent,
-    RejectedDelivery,
-    decode_event,
-    verify_signature,
-)
-from receipts.ingest.receipt import Decision
 from receipts.ingest.store import IngestResult, ingest
-from receipts.ingest.thin_events import looks_thin
+from receipts.ingest.thin_events import ThinOutcome, ThinState
+from receipts.ingest.thin_notifications import looks_thin
+from receipts.ingest.verification import RejectedDelivery, decode_event, verify_signature
 from receipts.logs import log_fields
+from receipts.receipt.derivation import Decision
+from receipts.receipt.event import EventHeader, MalformedEvent
 from receipts.vocabulary import IngestOutcome
 from receipts.web import metrics
-from receipts.web.bodies import read_body
+from receipts.web.bodies import BodyRefused, read_body
 from receipts.web.services import Services, services
 
-log = logging.getLogger("receipts.web")
+log = logging.getLogger(__name__)
 
 blueprint = Blueprint("stripe_webhooks", __name__)
 
@@ -69,19 +65,13 @@ def _handle_stripe_event(started: float) -> _Answer:
             body, request.headers.get("Stripe-Signature"), svc.settings.stripe_webhook_secrets
         )
         if looks_thin(text):
-            thin = svc.thin_events.receive(text)
-            return jsonify(thin.body), thin.status, thin.event_type, thin.outcome
+            return _thin_answer(svc.thin_events.receive(text), started)
         header, _event = decode_event(text)
         decision = _derive(svc, header)
+    except BodyRefused as refused:
+        return _rejected(refused.status, refused.reason)
     except RejectedDelivery as rejected:
-        log_fields(
-            log,
-            "stripe webhook rejected",
-            logging.WARNING,
-            status=rejected.status,
-            reason=rejected.reason,
-        )
-        return jsonify(error=rejected.reason), rejected.status, "unknown", "rejected"
+        return _rejected(400, rejected.reason)
     except MalformedEvent as exc:
         log_fields(log, "stripe webhook rejected", logging.WARNING, status=400, reason=str(exc))
         return (
@@ -91,6 +81,32 @@ def _handle_stripe_event(started: float) -> _Answer:
             "malformed",
         )
     return _store(svc, header, decision, started)
+
+
+def _rejected(status: int, reason: str) -> _Answer:
+    log_fields(log, "stripe webhook rejected", logging.WARNING, status=status, reason=reason)
+    return jsonify(error=reason), status, "unknown", "rejected"
+
+
+def _thin_answer(thin: ThinOutcome, started: float) -> _Answer:
+    """200 once the notification's event is recorded; 503 while it waits, so Stripe retries."""
+    if thin.state == ThinState.RECORDED:
+        status = 200
+        body = {"received": True, "outcome": thin.outcome, "message_key": thin.message_key}
+    elif thin.state == ThinState.PENDING:
+        status, body = 503, {"error": f"{thin.detail}; the notification is stored, retry later"}
+    else:
+        status, body = 503, {"error": "database unavailable, retry later"}
+    level = logging.INFO
+    if status >= 500:
+        level = logging.ERROR
+    elif thin.outcome in (IngestOutcome.CONFLICT, IngestOutcome.REVIEW):
+        level = logging.WARNING
+    log_fields(log, "stripe thin event", level, event_id=thin.event_id, type=thin.event_type,
+               status=status, outcome=thin.outcome, key=thin.message_key, detail=thin.detail,
+               ms=round((time.perf_counter() - started) * 1000, 1))  # fmt: skip
+    label = "redelivery" if thin.redelivery else thin.outcome
+    return jsonify(body), status, thin.event_type, label
 
 
 def _derive(svc: Services, header: EventHeader) -> Decision:

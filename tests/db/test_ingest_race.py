@@ -18,10 +18,9 @@ import pytest
 from psycopg.rows import dict_row
 
 from receipts.db import Database
-from receipts.ingest.events import EventHeader, parse_event
-from receipts.ingest.receipt import Decision, derive_receipt
-from receipts.ingest.rendering import Renderer
 from receipts.ingest.store import IngestResult, ingest
+from receipts.receipt.derivation import Decision, derive_receipt
+from receipts.receipt.event import EventHeader, parse_event
 from tests import stripe_events
 
 Row = dict[str, Any]
@@ -29,7 +28,7 @@ Row = dict[str, Any]
 
 def decided(event: dict[str, Any]) -> tuple[EventHeader, Decision]:
     header = parse_event(event)
-    return header, derive_receipt(header, Renderer(), email_from="billing@example.com")
+    return header, derive_receipt(header, email_from="billing@example.com")
 
 
 def waiting_on_a_lock(db: psycopg.Connection[Row]) -> bool:

@@ -18,7 +18,7 @@ from flask.testing import FlaskClient
 
 from receipts.cli import main
 from receipts.config import load_settings
-from receipts.ingest.receipt import resend_tag_value
+from receipts.message_keys import provider_tag
 from receipts.operations.lookup import (
     EMAIL,
     EVENT_ID,
@@ -177,7 +177,7 @@ def test_the_providers_email_id_finds_the_receipt(
     insert_attempt(db, lost, provider_id=attempt_id, outcome="lease_lost")
     tagged = insert_row(db, "in_1Tagged", status="review", review_reason="attempts_exhausted")
     document = resend_event("email.delivered", tagged_id)
-    document["data"]["tags"] = {"message_key": resend_tag_value(tagged)}
+    document["data"]["tags"] = {"message_key": provider_tag(tagged)}
     app = create_app(load_settings({**environ, "RESEND_WEBHOOK_SECRET": RESEND_SECRET}))
     try:
         assert post_resend(app.test_client(), document).status_code == 200

@@ -84,7 +84,7 @@ def test_a_row_fingerprinted_by_an_earlier_release_is_a_duplicate_not_a_conflict
 ) -> None:
     """An upgrade must not page anyone: a redelivery of an event stored before it (whose
     row carries the earlier fingerprint, links included) is still a duplicate."""
-    from receipts.ingest.receipt import legacy_fingerprint
+    from receipts.receipt.fingerprints import legacy_fingerprint
 
     event = example("invoice_paid_subscription_update")
     assert post(client, event).json["outcome"] == "queued"

@@ -18,7 +18,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from receipts.config import ConfigError, load_settings
-from receipts.ingest.receipt import resend_tag_value
+from receipts.message_keys import provider_tag
 from receipts.operations.status_summary import read_status
 from receipts.web import create_app
 from receipts.web.metrics import WEBHOOKS
@@ -306,7 +306,7 @@ def test_a_reason_that_is_not_machine_words_is_cut_down(resend: FlaskClient, db:
 def tagged(event_type: str, email_id: str, key: str) -> dict[str, Any]:
     """An event carrying the message_key tag our payloads set (see receipt.py)."""
     document = event(event_type, email_id)
-    document["data"]["tags"] = {"message_key": resend_tag_value(key)}
+    document["data"]["tags"] = {"message_key": provider_tag(key)}
     return document
 
 

@@ -11,7 +11,7 @@ from flask.testing import FlaskClient
 
 from receipts.cli import main
 from receipts.config import load_settings
-from receipts.ingest.receipt import resend_tag_value
+from receipts.message_keys import provider_tag
 from receipts.web import create_app
 from tests import stripe_events
 from tests.outbox_states import BODY_TEXT, INVOICE_URL, Db, insert_attempt, insert_row, row
@@ -158,7 +158,7 @@ def test_a_send_the_worker_never_recorded_is_shown_from_its_delivery_event(
     app = create_app(load_settings({**environ, "RESEND_WEBHOOK_SECRET": RESEND_SECRET}))
     try:
         document = resend_event("email.delivered", "re_unrecorded")
-        document["data"]["tags"] = {"message_key": resend_tag_value(key)}
+        document["data"]["tags"] = {"message_key": provider_tag(key)}
         answer = post_resend(app.test_client(), document)
     finally:
         app.extensions["receipts"].database.close()
@@ -232,7 +232,7 @@ def test_a_second_email_with_a_sent_receipts_tag_is_pointed_out(
         """INSERT INTO resend_events (svix_id, event_type, email_id, message_key, message_tag,
                                       outcome)
            VALUES ('msg_twice', 'email.sent', 're_second', %s, %s, 'evidence')""",
-        (key, resend_tag_value(key)),
+        (key, provider_tag(key)),
     )
     assert main(["show", key], environ) == 0
     assert "Resend also reported email re_second with this receipt's tag" in (

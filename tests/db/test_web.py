@@ -450,7 +450,7 @@ def test_an_error_while_deriving_the_receipt_is_a_logged_400(
     def fails(*args: Any, **kwargs: Any) -> None:
         raise ZeroDivisionError("a message that may quote customer data")
 
-    monkeypatch.setattr("receipts.ingest.receipt.read_invoice", fails)
+    monkeypatch.setattr("receipts.receipt.payload.read_invoice", fails)
     event = stripe_events.event()
     with caplog.at_level(logging.INFO, logger="receipts.web"):
         response = post(client, event)

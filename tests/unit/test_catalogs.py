@@ -3,8 +3,8 @@
 The ``.po`` files are read at start-up (there is no compiled ``.mo`` to go
 stale); this is the check that they, and ``receipts.pot``, follow the sources.
 After changing a message: ``pybabel extract -F babel.cfg --no-location
---sort-output -o receipts/ingest/locales/receipts.pot .`` then ``pybabel update
--i receipts/ingest/locales/receipts.pot -d receipts/ingest/locales -D receipts``
+--sort-output -o receipts/receipt/locales/receipts.pot .`` then ``pybabel update
+-i receipts/receipt/locales/receipts.pot -d receipts/receipt/locales -D receipts``
 and translate what it marks.
 """
 
@@ -19,7 +19,7 @@ from babel.messages.extract import extract_from_dir
 from babel.messages.frontend import parse_mapping_cfg
 from babel.messages.pofile import read_po
 
-from receipts.ingest.catalogs import (
+from receipts.receipt.catalogs import (
     DOMAIN,
     LANGUAGES,
     LOCALES_DIR,

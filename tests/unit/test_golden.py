@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from receipts.ingest.api_facts import ApiFacts, PaymentMethod
-from receipts.ingest.money import format_amount
-from tests.receipt_examples import VISA, example, example_names, invoice_of, job, renderer
+from receipts.receipt.api_facts import ApiFacts, PaymentMethod
+from receipts.receipt.money import format_amount
+from tests.receipt_examples import VISA, email, example, example_names, invoice_of, renderer
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 SEPA = ApiFacts(payment_method=PaymentMethod(kind="sepa_debit", last4="3000"))
@@ -33,7 +33,7 @@ CASES: list[tuple[str, str, ApiFacts | None]] = [
 
 
 def rendered(name: str, locale: str, facts: ApiFacts | None) -> dict[str, Any]:
-    return job(example(name), renderer(locale), api_facts=facts).payload
+    return email(example(name), renderer(locale), api_facts=facts)
 
 
 def check_golden(path: Path, actual: str) -> None:

@@ -16,16 +16,16 @@ from typing import Any
 import pytest
 from babel.messages.pofile import read_po
 
-from receipts.ingest.catalogs import (
+from receipts.receipt.catalogs import (
     LANGUAGES,
     SOURCE_LANGUAGE,
     catalog_path,
     load_catalogs,
     parse_locale,
 )
-from receipts.ingest.invoice_facts import read_invoice
-from receipts.ingest.presentation import present
-from tests.receipt_examples import VISA, example, example_names, invoice_of, job, renderer
+from receipts.receipt.invoice_facts import read_invoice
+from receipts.receipt.presentation import present
+from tests.receipt_examples import VISA, email, example, example_names, invoice_of, renderer
 
 TRANSLATED = [language for language in LANGUAGES if language != SOURCE_LANGUAGE]
 PLACEHOLDER = re.compile(r"%\(\w+\)s")
@@ -118,7 +118,7 @@ def without(text: str, values: list[str], pieces: list[str]) -> str:
 @pytest.mark.parametrize("name", example_names())
 def test_no_english_is_left(name: str, language: str) -> None:
     """Subject, text and HTML hold only the language's catalog, names and numbers."""
-    payload = job(example(name), renderer(language), api_facts=VISA).payload
+    payload = email(example(name), renderer(language), api_facts=VISA)
     values = dynamic_values(name, language)
     pieces = catalog_pieces(language)
     for part in ("subject", "text", "html"):
@@ -129,7 +129,7 @@ def test_no_english_is_left(name: str, language: str) -> None:
 
 def test_the_check_finds_english_when_a_catalog_misses_a_message() -> None:
     """The test above would fail on an English word: here one is added to a German receipt."""
-    payload = job(example("invoice_paid"), renderer("de"), api_facts=VISA).payload
+    payload = email(example("invoice_paid"), renderer("de"), api_facts=VISA)
     values = dynamic_values("invoice_paid", "de")
     leaked = payload["text"].replace("Zwischensumme", "Subtotal")
     assert LETTER.findall(without(leaked, values, catalog_pieces("de"))) == ["Subtotal"]

@@ -10,7 +10,7 @@ from babel import Locale
 from babel.core import get_global
 from babel.numbers import get_currency_precision
 
-from receipts.ingest.money import MAX_AMOUNT, format_amount, is_amount, minor_unit_exponent
+from receipts.receipt.money import MAX_AMOUNT, format_amount, is_amount, minor_unit_exponent
 
 # The receipt's languages, and locales with other separators, groupings and scripts.
 LOCALES = [

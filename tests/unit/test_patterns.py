@@ -43,7 +43,7 @@ PATTERNS = _compiled_patterns()
 
 def test_the_source_scan_finds_the_patterns() -> None:
     """The scan itself works: the id patterns of the webhook are among those found."""
-    assert any(path.endswith("ingest/events.py") for path, _, _ in PATTERNS)
+    assert any(path.endswith("receipt/event.py") for path, _, _ in PATTERNS)
 
 
 @pytest.mark.parametrize(("path", "line", "pattern"), PATTERNS)

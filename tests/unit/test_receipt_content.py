@@ -8,13 +8,13 @@ from typing import Any
 
 import pytest
 
-from receipts.ingest.api_facts import ApiFacts, PaymentMethod
-from receipts.ingest.invoice_facts import MAX_LINES_SHOWN, read_invoice
-from receipts.ingest.invoice_totals import Discount, Tax
-from receipts.ingest.presentation import TIMES
-from receipts.ingest.receipt import UnsendableReceipt
+from receipts.receipt.api_facts import ApiFacts, PaymentMethod
+from receipts.receipt.derivation import UnsendableReceipt
+from receipts.receipt.invoice_facts import MAX_LINES_SHOWN, read_invoice
+from receipts.receipt.invoice_totals import Discount, Tax
+from receipts.receipt.presentation import TIMES
 from tests import stripe_events
-from tests.receipt_examples import VISA, derive, example, invoice_of, job, renderer
+from tests.receipt_examples import VISA, derive, email, example, invoice_of, job, renderer
 
 
 def facts_of(name: str) -> Any:
@@ -49,8 +49,7 @@ def test_a_2024_subscription_update_lists_prorations_coupon_and_tax() -> None:
 
 def test_credit_balance_says_what_it_paid_and_what_was_charged() -> None:
     """starting_balance -400, ending_balance 0: $10.00 invoice, $4.00 credit, $6.00 charged."""
-    decision = job(example("invoice_paid_credit_balance"))
-    text = decision.payload["text"]
+    text = email(example("invoice_paid_credit_balance"))["text"]
     assert (
         "Your invoice ACME-0051 for $10.00 is paid: $4.00 from your credit balance, $6.00 charged."
         in text
@@ -65,7 +64,7 @@ def test_a_balance_the_customer_owed_is_shown_as_added() -> None:
     )
     facts = read_invoice(invoice["id"], invoice, None)
     assert (facts.previous_balance, facts.credit_applied) == (300, 0)
-    assert "Previous balance: $3.00" in job(stripe_events.event(invoice)).payload["text"]
+    assert "Previous balance: $3.00" in email(stripe_events.event(invoice))["text"]
 
 
 def test_basil_and_later_read_proration_and_taxes_from_their_new_places() -> None:
@@ -88,12 +87,13 @@ def test_basil_and_later_read_proration_and_taxes_from_their_new_places() -> Non
 
 def test_reverse_charge_and_a_discount_known_only_by_id() -> None:
     """Dahlia, Connect: the coupon is an id (so "Discount"), VAT reverse charged at 0."""
-    decision = job(example("invoice_paid_connect_eur"), renderer("de_DE"))
-    text = decision.payload["text"]
+    payload = email(example("invoice_paid_connect_eur"), renderer("de_DE"))
+    text = payload["text"]
     assert "Rabatt: -240,00\xa0€" in text
     assert "Steuer (Steuerschuldnerschaft des Leistungsempfängers): 0,00\xa0€" in text
-    assert decision.message_key == "acct_1TExampleAtelier/test/in_1TExampleAtelier001/invoice-paid"
-    assert "Atelier Dubois" in decision.payload["subject"]
+    key = job(example("invoice_paid_connect_eur")).message_key
+    assert key == "acct_1TExampleAtelier/test/in_1TExampleAtelier001/invoice-paid"
+    assert "Atelier Dubois" in payload["subject"]
 
 
 def test_a_2019_invoice_reads_tax_percent_and_the_single_discount() -> None:
@@ -110,8 +110,7 @@ def test_a_2019_invoice_reads_tax_percent_and_the_single_discount() -> None:
 
 def test_hosted_invoice_on_pay_stripe_com_is_accepted() -> None:
     """Invoices from 2019-2020 link to pay.stripe.com; they are receipts, not review rows."""
-    decision = job(example("invoice_paid_2019"))
-    assert "https://pay.stripe.com/invoice/invst_" in decision.payload["text"]
+    assert "https://pay.stripe.com/invoice/invst_" in email(example("invoice_paid_2019"))["text"]
 
 
 def test_clover_discount_names_its_coupon_under_source() -> None:
@@ -159,10 +158,10 @@ def lines_payload(count: int, *, has_more: bool, total_count: int | None = None)
 def test_a_truncated_line_list_says_how_many_more_the_invoice_has() -> None:
     """lines.has_more: the lines given, then "and N more" (N from total_count when present)."""
     counted = stripe_events.invoice(lines=lines_payload(10, has_more=True, total_count=14))
-    text = job(stripe_events.event(counted)).payload["text"]
+    text = email(stripe_events.event(counted))["text"]
     assert "Seat 9: $1.00" in text and "and 4 more items on the invoice" in text
     uncounted = stripe_events.invoice(lines=lines_payload(10, has_more=True))
-    assert "and more items on the invoice" in job(stripe_events.event(uncounted)).payload["text"]
+    assert "and more items on the invoice" in email(stripe_events.event(uncounted))["text"]
 
 
 def test_lines_fetched_from_the_api_replace_a_truncated_list() -> None:
@@ -177,7 +176,7 @@ def test_lines_fetched_from_the_api_replace_a_truncated_list() -> None:
 def test_a_very_long_line_list_is_cut_with_the_count_of_the_rest() -> None:
     """An email lists at most MAX_LINES_SHOWN lines; the fingerprint still has them all."""
     invoice = stripe_events.invoice(lines=lines_payload(MAX_LINES_SHOWN + 5, has_more=False))
-    text = job(stripe_events.event(invoice)).payload["text"]
+    text = email(stripe_events.event(invoice))["text"]
     assert f"Seat {MAX_LINES_SHOWN - 1}: $1.00" in text
     assert f"Seat {MAX_LINES_SHOWN}:" not in text
     assert "and 5 more items on the invoice" in text
@@ -186,8 +185,8 @@ def test_a_very_long_line_list_is_cut_with_the_count_of_the_rest() -> None:
 def test_paid_time_is_shown_in_the_merchants_time_zone() -> None:
     """RECEIPTS_TIMEZONE: 1764460800 is midnight UTC and 7 pm the day before in New York."""
     invoice = stripe_events.invoice(status_transitions={"paid_at": 1764460800})
-    utc = job(stripe_events.event(invoice)).payload["text"]
-    new_york = job(stripe_events.event(invoice), renderer("en_US", "America/New_York")).payload
+    utc = email(stripe_events.event(invoice))["text"]
+    new_york = email(stripe_events.event(invoice), renderer("en_US", "America/New_York"))
     assert "Paid on: November 30, 2025, 12:00\u202fAM UTC" in utc
     assert "Paid on: November 29, 2025, 7:00\u202fPM EST" in new_york["text"]
 
@@ -195,13 +194,13 @@ def test_paid_time_is_shown_in_the_merchants_time_zone() -> None:
 def test_payment_method_and_language_come_from_the_api_facts() -> None:
     """ "Visa ending 4242"; the first preferred locale with a catalog wins over RECEIPTS_LOCALE."""
     event = example("invoice_paid")
-    english = job(event, api_facts=VISA).payload["text"]
+    english = email(event, api_facts=VISA)["text"]
     assert "Payment method: Visa ending 4242" in english
     facts = ApiFacts(
         payment_method=PaymentMethod(kind="sepa_debit", last4="3000"),
         preferred_locales=("nl-NL", "fr-CA", "de"),
     )
-    french = job(event, api_facts=facts).payload
+    french = email(event, api_facts=facts)
     assert "Moyen de paiement\xa0: Prélèvement SEPA se terminant par 3000" in french["text"]
     assert french["subject"].startswith("Reçu de Acme Tools, Inc.")
     assert "49,00\xa0$" in french["text"]  # fr_CA formats dollars its own way
@@ -209,7 +208,7 @@ def test_payment_method_and_language_come_from_the_api_facts() -> None:
 
 def test_without_api_facts_there_is_no_payment_method_line() -> None:
     """The invoice payload does not say how it was paid; the receipt does not guess."""
-    payload = job(example("invoice_paid")).payload
+    payload = email(example("invoice_paid"))
     assert "Payment method" not in payload["text"] and "Payment method" not in payload["html"]
 
 
@@ -271,7 +270,7 @@ def test_display_fields_are_one_line_without_direction_overrides() -> None:
             "has_more": False,
         },
     )
-    payload = job(stripe_events.event(invoice)).payload
+    payload = email(stripe_events.event(invoice))
     assert "Hello Jenny URGENT: refund at https://evil.example," in payload["text"]
     assert "- Plan second line: $19.99" in payload["text"]
     for part in ("subject", "text", "html"):
@@ -295,7 +294,7 @@ def test_every_value_in_the_html_is_escaped() -> None:
             "has_more": False,
         },
     )
-    html = job(stripe_events.event(invoice)).payload["html"]
+    html = email(stripe_events.event(invoice))["html"]
     assert "<img" not in html
     assert html.count("&lt;img src=&#34;https://evil.example/x.png&#34;&gt;&amp;") >= 4
 
@@ -303,7 +302,7 @@ def test_every_value_in_the_html_is_escaped() -> None:
 def test_the_html_loads_nothing_and_runs_nothing() -> None:
     """Tables and inline styles only: no stylesheet, font, image, script or remote URL."""
     for name in ("invoice_paid_subscription_update", "invoice_paid_jpy"):
-        html = job(example(name), api_facts=VISA).payload["html"].lower()
+        html = email(example(name), api_facts=VISA)["html"].lower()
         for banned in ("<style", "<link", "<script", "<img", "src=", "url(", "@import", "<iframe"):
             assert banned not in html, (name, banned)
         assert "<table" in html and 'style="' in html
@@ -311,19 +310,19 @@ def test_the_html_loads_nothing_and_runs_nothing() -> None:
 
 def test_unused_time_credits_are_negative_and_marked() -> None:
     """A negative proration line is shown as a credit, not as a charge."""
-    text = job(example("invoice_paid_subscription_update")).payload["text"]
+    text = email(example("invoice_paid_subscription_update"))["text"]
     assert "- Unused time on Starter after 15 Nov 2025: -$9.50 (credit)" in text
 
 
 def test_quantity_is_shown_once() -> None:
     """Stripe's own "2 x Pro" descriptions (with a times sign) get no second quantity."""
-    text = job(example("invoice_paid_subscription_update")).payload["text"]
+    text = email(example("invoice_paid_subscription_update"))["text"]
     assert f"- 2 {TIMES} Pro (at $49.00 / month): $98.00" in text
     assert f"2 {TIMES} 2 {TIMES}" not in text and f"2 {TIMES} Remaining" not in text
     plain = stripe_events.invoice(
         lines={"object": "list", "data": [{"amount": 600, "description": "Seat", "quantity": 3}]}
     )
-    assert f"- 3 {TIMES} Seat: $6.00" in job(stripe_events.event(plain)).payload["text"]
+    assert f"- 3 {TIMES} Seat: $6.00" in email(stripe_events.event(plain))["text"]
 
 
 def test_an_invoice_without_optional_fields_is_still_a_receipt() -> None:
@@ -342,6 +341,6 @@ def test_an_invoice_without_optional_fields_is_still_a_receipt() -> None:
             "currency",
         )
     }
-    payload = job(stripe_events.event(copy.deepcopy(bare))).payload
+    payload = email(stripe_events.event(copy.deepcopy(bare)))
     assert payload["subject"] == f"Receipt for invoice {bare['id']}"
     assert "Thank you! Your payment of $19.99 has been received." in payload["text"]

@@ -11,10 +11,10 @@ import pytest
 from receipts.config import ConfigError, load_settings
 from receipts.delivery.providers import FileSinkProvider
 from receipts.delivery.worker import run_worker
-from receipts.ingest.rendering import Renderer
+from receipts.receipt.rendering import Renderer
 from receipts.web import create_app
 from tests import stripe_events
-from tests.receipt_examples import example, job
+from tests.receipt_examples import email, example
 
 ROOT = Path(__file__).resolve().parents[2]
 # The web process starts without a database; nothing here connects to one.
@@ -119,7 +119,7 @@ def test_an_override_written_for_the_one_line_receipt_still_works(tmp_path: Path
         "{{ invoice.hosted_invoice_url }} {{ invoice.invoice_id }} {{ invoice.currency }}",
     )
     event = stripe_events.event(stripe_events.invoice(number="N-7"))
-    text = job(event, Renderer(template_dir=tmp_path)).payload["text"]
+    text = email(event, Renderer(template_dir=tmp_path))["text"]
     assert text.startswith("Jenny Rosen: N-7 for $19.99 (November 30, 2025)\nhttps://")
 
 
@@ -128,7 +128,7 @@ def test_overrides_can_use_the_catalogs(tmp_path: Path) -> None:
     override(
         tmp_path, "subject.txt", "{{ _('Receipt for invoice %(number)s', number=receipt.number) }}"
     )
-    subject = job(example("invoice_paid"), Renderer(template_dir=tmp_path, locale="de_DE")).payload
+    subject = email(example("invoice_paid"), Renderer(template_dir=tmp_path, locale="de_DE"))
     assert subject["subject"] == "Zahlungsbeleg für Rechnung ACME-0042"
 
 

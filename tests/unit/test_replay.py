@@ -12,7 +12,7 @@ import pytest
 
 from receipts.cli import main
 from receipts.commands.replay import stripe_signature
-from receipts.ingest.events import verify_signature
+from receipts.ingest.verification import verify_signature
 from tests.stripe_events import TEST_SECRET, sign
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

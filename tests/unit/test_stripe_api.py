@@ -12,7 +12,7 @@ import pytest
 from prometheus_client import REGISTRY
 
 from receipts.config import ConfigError, load_settings
-from receipts.ingest.api_facts import PaymentMethod
+from receipts.receipt.api_facts import PaymentMethod
 from receipts.stripe_api.client import (
     BATCH,
     IN_REQUEST,
@@ -301,7 +301,7 @@ def test_deriving_a_receipt_does_not_load_the_stripe_library() -> None:
     renders but never verifies a signature or calls the API does not carry it."""
     modules = (
         "receipts.ingest.deriving",
-        "receipts.ingest.events",
+        "receipts.ingest.verification",
         "receipts.stripe_api.client",
         "receipts.stripe_api.facts",
     )

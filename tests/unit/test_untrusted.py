@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from receipts.ingest.untrusted import is_stripe_hosted_url, one_line
+from receipts.receipt.untrusted import is_stripe_hosted_url, one_line
 
 HOSTS = ("invoice.stripe.com",)
 PDF_HOSTS = ("pay.stripe.com", "invoice.stripe.com", "files.stripe.com")

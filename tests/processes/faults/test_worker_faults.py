@@ -27,8 +27,8 @@ import pytest
 from psycopg.types.json import Json
 
 from receipts import queries
-from receipts.ingest.events import decode_event
-from receipts.ingest.receipt import ReceiptJob, derive_receipt
+from receipts.ingest.verification import decode_event
+from receipts.receipt.derivation import ReceiptJob, derive_receipt
 from tests import stripe_events
 from tests.fake_provider import FakeProviderClient
 from tests.helpers import wait_for
@@ -174,7 +174,7 @@ def test_worker_killed_between_a_first_claim_and_its_email_renders_it_after_the_
     header, _ = decode_event(
         encode(stripe_events.event(stripe_events.invoice(id=invoice_id))).decode()
     )
-    job = derive_receipt(header, None, email_from="Billing <billing@example.com>")
+    job = derive_receipt(header, email_from="Billing <billing@example.com>")
     assert isinstance(job, ReceiptJob)
     db.execute(
         "UPDATE email_outbox SET payload = NULL, render_input = %s WHERE message_key = %s",

@@ -10,7 +10,7 @@ from __future__ import annotations
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from receipts.ingest.money import is_amount
+from receipts.receipt.money import is_amount
 from receipts.vocabulary import ReviewReason
 
 MISSING_CUSTOMER_EMAIL = ReviewReason.MISSING_CUSTOMER_EMAIL

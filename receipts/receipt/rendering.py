@@ -1,6 +1,6 @@
 """Render the receipt email (subject, text, HTML) from Jinja templates, in the reader's language.
 
-Templates ship in ``receipts/ingest/templates/invoice_paid/``; a directory named
+Templates ship in ``receipts/receipt/templates/invoice_paid/``; a directory named
 by ``RECEIPTS_TEMPLATE_DIR`` may override any of them. Every template is
 compiled, and tried on two sample receipts in the configured locale, when the
 :class:`Renderer` is built, which the web process does at start-up: a broken
@@ -30,22 +30,17 @@ from babel.dates import format_date
 from jinja2 import Template, TemplateError, TemplateSyntaxError
 
 from receipts.config import ConfigError, Settings
-from receipts.ingest.api_facts import PaymentMethod
-from receipts.ingest.catalogs import (
-    SOURCE_LANGUAGE,
-    catalog_language,
-    load_catalogs,
-    parse_locale,
-)
-from receipts.ingest.invoice_facts import ReceiptFacts
-from receipts.ingest.money import format_amount
-from receipts.ingest.presentation import present
-from receipts.ingest.samples import SAMPLE_PAYMENT_METHOD, sample_receipts
-from receipts.ingest.template_env import environment, messages, template_line
+from receipts.receipt.api_facts import PaymentMethod
+from receipts.receipt.catalogs import SOURCE_LANGUAGE, catalog_language, load_catalogs, parse_locale
+from receipts.receipt.invoice_facts import ReceiptFacts
+from receipts.receipt.money import format_amount
+from receipts.receipt.presentation import present
+from receipts.receipt.samples import SAMPLE_PAYMENT_METHOD, sample_receipts
+from receipts.receipt.template_env import environment, messages, template_line
 
 TEMPLATE_FOLDER = "invoice_paid"
 TEMPLATE_NAMES = ("subject.txt", "body.txt", "body.html")
-_PACKAGED = "receipts/ingest/templates"
+_PACKAGED = "receipts/receipt/templates"
 
 
 @dataclass(frozen=True, kw_only=True)

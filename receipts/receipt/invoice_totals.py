@@ -22,14 +22,14 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from receipts.ingest.invoice_values import (
+from receipts.receipt.invoice_values import (
     dicts,
     object_id,
     optional_amount,
     percentage,
     required_amount,
 )
-from receipts.ingest.untrusted import one_line
+from receipts.receipt.untrusted import one_line
 
 
 @dataclass(frozen=True, kw_only=True)

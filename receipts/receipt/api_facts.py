@@ -2,7 +2,7 @@
 
 An ``invoice.paid`` payload carries neither the payment method nor the
 customer's preferred languages. When a Stripe API key is configured, ingest
-looks them up and passes them to :func:`receipts.ingest.receipt.derive_receipt`;
+looks them up and passes them to :func:`receipts.receipt.derivation.derive_receipt`;
 without a key, or when a look-up fails, the receipt is made without them.
 """
 

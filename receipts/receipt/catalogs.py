@@ -1,7 +1,7 @@
 """The receipt's languages: gettext catalogs read from their ``.po`` files at start-up.
 
 Each shipped language has ``locales/<language>/LC_MESSAGES/receipts.po``. They
-are parsed with Babel when the first :class:`~receipts.ingest.rendering.Renderer`
+are parsed with Babel when the first :class:`~receipts.receipt.rendering.Renderer`
 is built (a few milliseconds), so no compiled ``.mo`` file exists that could
 fall behind its source. ``tests/unit/test_catalogs.py`` checks that every
 message the templates and the code use is translated in every catalog.

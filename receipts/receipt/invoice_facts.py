@@ -21,8 +21,8 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from receipts.addresses import is_email_address
-from receipts.ingest.invoice_totals import Discount, Tax, read_discounts, read_taxes
-from receipts.ingest.invoice_values import (
+from receipts.receipt.invoice_totals import Discount, Tax, read_discounts, read_taxes
+from receipts.receipt.invoice_values import (
     INVALID_AMOUNT_PAID,
     INVALID_CURRENCY,
     INVALID_CUSTOMER_EMAIL,
@@ -35,8 +35,8 @@ from receipts.ingest.invoice_values import (
     optional_amount,
     required_amount,
 )
-from receipts.ingest.money import is_amount
-from receipts.ingest.untrusted import is_stripe_hosted_url, one_line
+from receipts.receipt.money import is_amount
+from receipts.receipt.untrusted import is_stripe_hosted_url, one_line
 
 # Stripe's hosted invoice page; invoices from 2019-2020 link to pay.stripe.com.
 HOSTED_INVOICE_HOSTS = ("invoice.stripe.com", "pay.stripe.com")

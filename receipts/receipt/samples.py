@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from receipts.ingest.api_facts import PaymentMethod
-from receipts.ingest.invoice_facts import LineItem, ReceiptFacts
-from receipts.ingest.invoice_totals import Discount, Tax
+from receipts.receipt.api_facts import PaymentMethod
+from receipts.receipt.invoice_facts import LineItem, ReceiptFacts
+from receipts.receipt.invoice_totals import Discount, Tax
 
 SAMPLE_PAYMENT_METHOD = PaymentMethod(kind="card", brand="visa", last4="4242")
 

@@ -20,7 +20,7 @@ from markupsafe import Markup
 
 def environment(template_dir: Path | None) -> Environment:
     """The packaged templates, overridden by ``template_dir``; HTML autoescaped."""
-    packaged = PackageLoader("receipts.ingest", "templates")
+    packaged = PackageLoader("receipts.receipt", "templates")
     loader = (
         ChoiceLoader([FileSystemLoader(str(template_dir)), packaged]) if template_dir else packaged
     )

@@ -1,15 +1,15 @@
-"""Verify a Stripe webhook delivery and turn it into a checked event envelope.
+"""Verify a Stripe webhook delivery and decode it into a checked event envelope.
 
 The signature is checked over the raw request bytes, before any JSON parsing,
 against every configured secret (rotation, and separate platform and Connect
 endpoints). ``stripe.WebhookSignature.verify_header`` does the check; we pass
 the tolerance explicitly because its default checks no timestamp at all, and
 refuse timestamps more than the tolerance ahead ourselves, since it only
-checks the past.
+checks the past. :func:`decode_event` then parses the text, bounded in depth,
+and checks the envelope (:func:`receipts.receipt.event.parse_event`).
 
-:func:`parse_event` then checks the envelope every event must carry (id, type,
-livemode, account, ``data.object``): the account and livemode it yields are
-parts of the message key (``docs/architecture.md``, "The message key").
+Anything refused raises :class:`RejectedDelivery`: the sender's request is
+unusable and nothing about it is stored (the web answers 400).
 """
 
 from __future__ import annotations
@@ -18,36 +18,32 @@ import json
 import re
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
+
+from receipts.receipt.event import EventHeader, MalformedEvent, parse_event
 
 TOLERANCE_SECONDS = 300
 _OUTSIDE_TOLERANCE = f"signature timestamp outside the {TOLERANCE_SECONDS} s tolerance"
 
-# Stripe object ids (evt_…, acct_…, in_…) and event types, as far as we accept them.
-STRIPE_ID = re.compile(r"[A-Za-z0-9_]{1,200}")
-_EVENT_TYPE = re.compile(r"[a-z0-9_.]{1,100}")
-
 
 class RejectedDelivery(Exception):
-    """A delivery we refuse (a 4xx, or 503 while unconfigured); nothing about it is stored."""
+    """A delivery we refuse as unusable; nothing about it is stored. ``reason`` says why."""
 
-    def __init__(self, status: int, reason: str) -> None:
+    def __init__(self, reason: str) -> None:
         super().__init__(reason)
-        self.status = status
         self.reason = reason
 
 
 def verify_signature(body: bytes, header: str | None, secrets: Sequence[str]) -> str:
-    """Return the body as text if any secret signed it recently; else raise 400."""
+    """Return the body as text if any secret signed it recently; else RejectedDelivery."""
     import stripe  # here: a process that reads events but never verifies one skips it
 
     if not header:
-        raise RejectedDelivery(400, "missing Stripe-Signature header")
+        raise RejectedDelivery("missing Stripe-Signature header")
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError:
-        raise RejectedDelivery(400, "body is not UTF-8") from None
+        raise RejectedDelivery("body is not UTF-8") from None
     failures = []
     for secret in secrets:
         try:
@@ -58,9 +54,9 @@ def verify_signature(body: bytes, header: str | None, secrets: Sequence[str]) ->
         if _signed_at(header) > time.time() + TOLERANCE_SECONDS:
             # verify_header only refuses the past: a signature dated ahead would
             # keep a captured delivery replayable until that date.
-            raise RejectedDelivery(400, _OUTSIDE_TOLERANCE)
+            raise RejectedDelivery(_OUTSIDE_TOLERANCE)
         return text
-    raise RejectedDelivery(400, _describe(failures))
+    raise RejectedDelivery(_describe(failures))
 
 
 def _signed_at(header: str) -> int:
@@ -106,86 +102,25 @@ def _check_shape(text: str, event: object) -> None:
         value, depth = pending.pop()
         if isinstance(value, str):
             if could_hold_surrogate and _SURROGATE.search(value):
-                raise RejectedDelivery(400, "body contains a \\u escape that is not valid Unicode")
+                raise RejectedDelivery("body contains a \\u escape that is not valid Unicode")
             continue
         if not isinstance(value, dict | list):
             continue
         if depth > MAX_DEPTH:
-            raise RejectedDelivery(400, f"body nests deeper than {MAX_DEPTH} levels")
+            raise RejectedDelivery(f"body nests deeper than {MAX_DEPTH} levels")
         items = [*value.keys(), *value.values()] if isinstance(value, dict) else value
         pending.extend((item, depth + 1) for item in items)
 
 
 def decode_event(text: str) -> tuple[EventHeader, dict[str, Any]]:
-    """Parse verified text into the event envelope; raise 400 if it is not one."""
+    """Parse verified text into the event envelope; RejectedDelivery if it is not one."""
     try:
         event = json.loads(text)
     except (ValueError, RecursionError):
-        raise RejectedDelivery(400, "body is not JSON") from None
+        raise RejectedDelivery("body is not JSON") from None
     _check_shape(text, event)
     try:
         header = parse_event(event)
     except MalformedEvent as exc:
-        raise RejectedDelivery(400, f"not a Stripe event: {exc}") from None
+        raise RejectedDelivery(f"not a Stripe event: {exc}") from None
     return header, event
-
-
-class MalformedEvent(ValueError):
-    """A verified body that is not a usable Stripe event; the message says why."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class EventHeader:
-    """The envelope fields every verified event must carry."""
-
-    event_id: str
-    event_type: str
-    account: str  # "platform" or the Connect account id
-    livemode: bool
-    created: int | None
-    data_object: dict[str, Any]
-
-    @property
-    def mode(self) -> str:
-        return "live" if self.livemode else "test"
-
-
-def parse_event(event: object) -> EventHeader:
-    """Check the envelope of a decoded event; raise MalformedEvent if unusable."""
-    if not isinstance(event, dict):
-        raise MalformedEvent("body is not a JSON object")
-    event_id = event.get("id")
-    if (
-        not isinstance(event_id, str)
-        or not event_id.startswith("evt_")
-        or not STRIPE_ID.fullmatch(event_id)
-    ):
-        raise MalformedEvent("event has no valid 'id'")
-    event_type = event.get("type")
-    if not isinstance(event_type, str) or not _EVENT_TYPE.fullmatch(event_type):
-        raise MalformedEvent("event has no valid 'type'")
-    livemode = event.get("livemode")
-    if not isinstance(livemode, bool):
-        raise MalformedEvent("event has no boolean 'livemode'")
-    account = event.get("account")
-    if account is None:
-        account = "platform"
-    elif (
-        not isinstance(account, str)
-        or not account.startswith("acct_")
-        or not STRIPE_ID.fullmatch(account)
-    ):
-        raise MalformedEvent("event 'account' is not a Connect account id")
-    data = event.get("data")
-    data_object = data.get("object") if isinstance(data, dict) else None
-    if not isinstance(data_object, dict):
-        raise MalformedEvent("event has no 'data.object'")
-    created = event.get("created")
-    return EventHeader(
-        event_id=event_id,
-        event_type=event_type,
-        account=account,
-        livemode=livemode,
-        created=created if isinstance(created, int) and not isinstance(created, bool) else None,
-        data_object=data_object,
-    )

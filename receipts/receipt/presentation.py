@@ -20,11 +20,11 @@ from babel import Locale
 from babel.dates import format_date, format_interval, format_time, get_datetime_format
 from babel.numbers import NumberPattern, format_decimal
 
-from receipts.ingest.api_facts import PaymentMethod
-from receipts.ingest.invoice_facts import LineItem, ReceiptFacts
-from receipts.ingest.invoice_totals import Discount, Tax
-from receipts.ingest.money import format_amount
-from receipts.ingest.untrusted import one_line
+from receipts.receipt.api_facts import PaymentMethod
+from receipts.receipt.invoice_facts import LineItem, ReceiptFacts
+from receipts.receipt.invoice_totals import Discount, Tax
+from receipts.receipt.money import format_amount
+from receipts.receipt.untrusted import one_line
 
 TIMES = "\u00d7"
 Gettext = Callable[[str], str]

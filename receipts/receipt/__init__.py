@@ -1,0 +1,11 @@
+"""The receipt: from a Stripe invoice to the email its customer gets, with no I/O.
+
+Reading an event's envelope (``event``) and an invoice across Stripe's API
+versions (``invoice_facts``, ``invoice_totals``, ``invoice_values``,
+``invoice_summary``), money (``money``), text from the customer's side
+(``untrusted``), the decision an event makes (``derivation``, with
+``fingerprints``), and the email (``payload``, ``rendering``,
+``presentation``, ``template_env``, ``catalogs``, ``samples``, ``templates/``,
+``locales/``). Ingest calls the derivation; the worker calls the payload
+builder at a row's first claim; nothing here imports ingest, delivery or web.
+"""

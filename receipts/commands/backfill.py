@@ -19,8 +19,9 @@ import time
 from collections.abc import Mapping
 
 from receipts.db import Database
+from receipts.formatting import utc
 from receipts.operations.backfill import ALREADY_STORED, Backfill, BackfillReport, EventOutcome
-from receipts.operations.stripe_sync import account_id, duration, stripe_setup, utc
+from receipts.operations.stripe_sync import account_id, duration, stripe_setup
 from receipts.stripe_api.client import ApiError, ApiRefused
 
 STRIPE_EVENT_RETENTION_SECONDS = 30 * 86400

@@ -28,7 +28,9 @@ from types import FrameType
 from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
 
 from receipts.config import Settings, load_settings
-from receipts.delivery.worker import WorkerSummary, provider_from_settings, run_worker
+from receipts.delivery.configured import provider_from_settings
+from receipts.delivery.summary import WorkerSummary
+from receipts.delivery.worker import run_worker
 from receipts.dev.embedded import EmbeddedStartFailed, EmbeddedUnavailable, start_server
 from receipts.dev.state import (
     DEV_EMAIL_FROM,

@@ -18,8 +18,9 @@ import time
 from collections.abc import Mapping
 
 from receipts.db import Database
+from receipts.formatting import utc
 from receipts.operations.reconcile import MissingInvoice, Reconcile, ReconcileReport
-from receipts.operations.stripe_sync import account_id, duration, stripe_setup, utc
+from receipts.operations.stripe_sync import account_id, duration, stripe_setup
 from receipts.receipt.money import format_amount
 from receipts.stripe_api.client import ApiError, ApiRefused
 

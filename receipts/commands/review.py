@@ -16,8 +16,8 @@ from datetime import datetime
 from typing import Any
 
 from receipts.commands import database_settings
-from receipts.commands.formatting import duration, iso, money
 from receipts.db import Connection, connect
+from receipts.formatting import duration, iso, money
 from receipts.logs import log_fields
 from receipts.operations.operator_input import ECHO_LIMIT, InvalidInput, parse_sent_at, shown
 from receipts.operations.resending import resend

@@ -21,8 +21,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from receipts.commands import database_settings
-from receipts.commands.formatting import iso
 from receipts.commands.timeline_text import render
+from receipts.formatting import iso
 from receipts.operations.lookup import EVENT_ID, MESSAGE_KEY, Found, event_verdict, look_up
 from receipts.operations.snapshot import read_only_snapshot
 from receipts.operations.timeline import Timeline, read_timeline

@@ -20,8 +20,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from receipts.commands import database_settings
-from receipts.commands.formatting import duration, iso
-from receipts.delivery.sending_pause import describe_reason, utc
+from receipts.delivery.sending_pause import describe_reason
+from receipts.formatting import duration, iso, utc
 from receipts.operations.snapshot import read_only_snapshot
 from receipts.operations.status_summary import Status, read_status
 from receipts.operations.stripe_status import read_stripe_status, stripe_lines, stripe_problems

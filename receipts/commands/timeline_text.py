@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from receipts.commands.formatting import iso, money
+from receipts.formatting import iso, money
 from receipts.operations.timeline import Timeline, unrecorded_sends
 from receipts.vocabulary import NOT_DELIVERED, ReviewReason, RowStatus
 

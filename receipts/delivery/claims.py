@@ -33,17 +33,6 @@ from receipts.logs import log_fields
 from receipts.receipt.invoice_values import UnusableInvoice
 from receipts.vocabulary import ReviewReason, RowStatus
 
-__all__ = [
-    "AttemptResult",
-    "Claim",
-    "ClaimedRow",
-    "RenderPayload",
-    "SkippedRow",
-    "claim_ready",
-    "record_attempt",
-    "record_attempts",
-]
-
 _Q = queries.load("delivery")
 
 log = logging.getLogger(__name__)

@@ -34,27 +34,12 @@ from receipts.addresses import parse_mailbox
 from receipts.config import ConfigError
 from receipts.delivery.answers import (
     CONNECTION_ERROR,
-    KEY_IN_PROGRESS,
     KEY_REUSED_WITH_OTHER_BODY,
     TIMEOUT,
     ProviderAnswer,
     classify_response,
 )
 from receipts.delivery.answers import json_object as _json_object
-
-__all__ = [
-    "KEY_IN_PROGRESS",
-    "KEY_REUSED_WITH_OTHER_BODY",
-    "PAYLOAD_DIGEST_HEADER",
-    "RESEND_DEFAULT_RATE",
-    "FileSinkProvider",
-    "Provider",
-    "ProviderAnswer",
-    "ResendProvider",
-    "build_email",
-    "classify_response",
-    "file_sink_id",
-]
 
 # Resend's documented default rate limit: 5 requests per second per team
 # (https://resend.com/docs/api-reference/rate-limit). RECEIPTS_SEND_RATE

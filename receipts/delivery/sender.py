@@ -27,8 +27,9 @@ from receipts.delivery.decisions import RELEASED, Decision, decide
 from receipts.delivery.pacing import RateLimiter
 from receipts.delivery.providers import Provider
 from receipts.delivery.recorder import Recorder
-from receipts.delivery.sending_pause import PauseGate, describe_reason, utc
+from receipts.delivery.sending_pause import PauseGate, describe_reason
 from receipts.delivery.summary import ExitCode, WorkerSummary
+from receipts.formatting import utc
 from receipts.logs import log_fields
 
 log = logging.getLogger(__name__)

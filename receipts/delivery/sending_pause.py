@@ -21,7 +21,7 @@ import math
 import threading
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -30,6 +30,7 @@ from receipts import queries
 from receipts.db import Connection, Database, DatabaseUnavailable, describe_error
 from receipts.delivery.decisions import QuotaPause
 from receipts.delivery.pacing import RateLimiter
+from receipts.formatting import utc
 from receipts.logs import log_fields
 from receipts.vocabulary import PauseReason
 
@@ -81,11 +82,6 @@ class SendingPause:
 def describe_reason(reason: str) -> str:
     """``daily quota`` for ``daily_quota_exceeded``; the word itself if unknown."""
     return _QUOTA_WORDS.get(reason, reason)
-
-
-def utc(when: datetime) -> str:
-    """``2026-12-01 00:00 UTC``."""
-    return when.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
 def record_pause(

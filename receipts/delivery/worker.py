@@ -35,7 +35,7 @@ import psycopg
 from receipts.config import ConfigError, Settings
 from receipts.db import Database, DatabaseUnavailable, describe_error
 from receipts.delivery import claims
-from receipts.delivery.configured import provider_from_settings, send_rate
+from receipts.delivery.configured import send_rate
 from receipts.delivery.first_render import payload_renderer
 from receipts.delivery.listener import start_listener
 from receipts.delivery.pacing import RateLimiter
@@ -46,15 +46,6 @@ from receipts.delivery.sender import Sender
 from receipts.delivery.sending_pause import PauseGate
 from receipts.delivery.summary import ExitCode, WorkerSummary
 from receipts.logs import log_fields
-
-__all__ = [
-    "DEFAULT_CONCURRENCY",
-    "DEFAULT_POLL_SECONDS",
-    "WorkerSummary",
-    "default_worker_id",
-    "provider_from_settings",
-    "run_worker",
-]
 
 log = logging.getLogger(__name__)
 

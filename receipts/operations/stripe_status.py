@@ -17,8 +17,8 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from receipts import queries
-from receipts.commands.formatting import duration
 from receipts.db import Connection, Database, DatabaseUnavailable, describe_error
+from receipts.formatting import duration
 from receipts.logs import log_fields
 
 log = logging.getLogger(__name__)

@@ -13,7 +13,6 @@ import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 from receipts import queries
 from receipts.config import ConfigError, Settings, load_settings
@@ -101,13 +100,6 @@ def ingest_recorded(
 def wake_workers(conn: Connection) -> None:
     """Let a `receipts worker --loop` know rows were queued (it polls anyway)."""
     conn.execute(_Q["wake_workers"], {"channel": NOTIFY_CHANNEL})
-
-
-def utc(timestamp: int | float | None) -> str:
-    """``2026-11-29 09:59 UTC``, or ``-``."""
-    if timestamp is None:
-        return "-"
-    return datetime.fromtimestamp(timestamp, tz=UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
 class Progress:

@@ -33,7 +33,6 @@ from receipts.config import ConfigError, Settings
 from receipts.receipt.api_facts import PaymentMethod
 from receipts.receipt.catalogs import SOURCE_LANGUAGE, catalog_language, load_catalogs, parse_locale
 from receipts.receipt.invoice_facts import ReceiptFacts
-from receipts.receipt.money import format_amount
 from receipts.receipt.presentation import present
 from receipts.receipt.samples import SAMPLE_PAYMENT_METHOD, sample_receipts
 from receipts.receipt.template_env import environment, messages, template_line
@@ -225,6 +224,3 @@ class _Deferred:
 
     def __bool__(self) -> bool:
         return bool(str(self))
-
-
-__all__ = ["EmailContent", "Renderer", "format_amount"]

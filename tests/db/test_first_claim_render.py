@@ -20,7 +20,9 @@ from psycopg.rows import dict_row
 
 from receipts.config import Settings, load_settings
 from receipts.delivery.claims import claim_ready
-from receipts.delivery.worker import WorkerSummary, provider_from_settings, run_worker
+from receipts.delivery.configured import provider_from_settings
+from receipts.delivery.summary import WorkerSummary
+from receipts.delivery.worker import run_worker
 from receipts.ingest.verification import decode_event
 from receipts.operations import review
 from receipts.operations.review import Decider

@@ -28,7 +28,9 @@ from receipts import queries
 from receipts.cli import main
 from receipts.config import Settings, load_settings
 from receipts.db import Database
-from receipts.delivery.worker import WorkerSummary, provider_from_settings, run_worker
+from receipts.delivery.configured import provider_from_settings
+from receipts.delivery.summary import WorkerSummary
+from receipts.delivery.worker import run_worker
 from receipts.operations import privileges
 from receipts.web import create_app
 from tests import stripe_events

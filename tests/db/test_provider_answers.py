@@ -25,10 +25,11 @@ import pytest
 
 from receipts.config import Settings, load_settings
 from receipts.db import Database
+from receipts.delivery.configured import provider_from_settings
 from receipts.delivery.decisions import RESEND_ERRORS, Reaction, Rule
 from receipts.delivery.sending_pause import clear_pause
-from receipts.delivery.summary import ExitCode
-from receipts.delivery.worker import WorkerSummary, provider_from_settings, run_worker
+from receipts.delivery.summary import ExitCode, WorkerSummary
+from receipts.delivery.worker import run_worker
 from tests.fake_provider import FakeProviderClient, running_fake_provider
 from tests.helpers import wait_for
 from tests.outbox_states import insert_pending

@@ -11,7 +11,8 @@ import pytest
 from flask.testing import FlaskClient
 
 from receipts.config import Settings, load_settings
-from receipts.delivery.worker import provider_from_settings, run_worker
+from receipts.delivery.configured import provider_from_settings
+from receipts.delivery.worker import run_worker
 from tests.fake_provider import FakeProviderClient, running_fake_provider
 from tests.receipt_examples import example
 from tests.stripe_events import TEST_SECRET, encode, sign

@@ -14,7 +14,8 @@ from psycopg.rows import dict_row
 
 from receipts.cli import main
 from receipts.config import load_settings
-from receipts.delivery.worker import provider_from_settings, run_worker
+from receipts.delivery.configured import provider_from_settings
+from receipts.delivery.worker import run_worker
 from receipts.operations.review import Decider, Refused, dismiss, resolve
 from receipts.web import create_app
 from tests import stripe_events

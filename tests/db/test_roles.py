@@ -33,7 +33,8 @@ from psycopg.types.json import Jsonb
 from receipts import queries
 from receipts.cli import main
 from receipts.config import load_settings
-from receipts.delivery.claims import AttemptResult, claim_ready, record_attempt
+from receipts.delivery.claims import claim_ready, record_attempt
+from receipts.delivery.decisions import AttemptResult
 from receipts.ingest.delivery_events import DeliveryEvent, record_delivery_event
 from receipts.operations import privileges
 from receipts.web import create_app

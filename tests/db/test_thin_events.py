@@ -14,7 +14,8 @@ from flask.testing import FlaskClient
 
 from receipts.cli import main
 from receipts.config import load_settings
-from receipts.delivery.worker import provider_from_settings, run_worker
+from receipts.delivery.configured import provider_from_settings
+from receipts.delivery.worker import run_worker
 from receipts.web import create_app
 from tests import stripe_events
 from tests import stripe_objects as objects

@@ -22,8 +22,10 @@ from flask.testing import FlaskClient
 
 from receipts import queries
 from receipts.config import Settings, load_settings
+from receipts.delivery.configured import provider_from_settings
 from receipts.delivery.providers import ResendProvider
-from receipts.delivery.worker import WorkerSummary, provider_from_settings, run_worker
+from receipts.delivery.summary import WorkerSummary
+from receipts.delivery.worker import run_worker
 from tests import stripe_events
 from tests.fake_provider import FakeProviderClient, running_fake_provider
 from tests.helpers import wait_for

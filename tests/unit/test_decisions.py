@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from receipts.config import Settings
+from receipts.delivery.answers import ProviderAnswer, classify_response
 from receipts.delivery.decisions import (
     DEFAULT_RATE_LIMIT_PAUSE,
     QUOTA_PAUSE_MAX_SECONDS,
@@ -32,7 +33,6 @@ from receipts.delivery.decisions import (
     decide,
     retry_delay,
 )
-from receipts.delivery.providers import ProviderAnswer, classify_response
 from receipts.vocabulary import AttemptOutcome, PauseReason, ReviewReason, RowStatus
 
 SETTINGS = Settings(retry_base_seconds=15.0, retry_max_seconds=3600.0)

@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 import requests
 
-from receipts.delivery.answers import classify_response
+from receipts.delivery.answers import ProviderAnswer, classify_response
 from receipts.delivery.decisions import RESEND_ERRORS, Reaction, reaction_to
-from receipts.delivery.providers import FileSinkProvider, ProviderAnswer, ResendProvider
+from receipts.delivery.providers import FileSinkProvider, ResendProvider
 from tests.fake_provider import MESSAGES, FakeProviderClient, running_fake_provider
 
 API_KEY = "re_test_key"

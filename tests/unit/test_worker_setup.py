@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 
 from receipts.config import ConfigError, Settings, load_settings
+from receipts.delivery.configured import provider_from_settings
 from receipts.delivery.providers import FileSinkProvider, ResendProvider
-from receipts.delivery.worker import provider_from_settings, run_worker
+from receipts.delivery.worker import run_worker
 
 # Never connected to: every case here fails or chooses before the first query.
 DATABASE_URL = "postgresql://postgres@127.0.0.1:9/receipts"

@@ -1,13 +1,26 @@
-"""How the operator commands print times and durations."""
+"""How the product prints times, durations and amounts for the people who operate it.
+
+One module for commands, reports and log-facing messages alike, so that a
+time reads the same in ``receipts status``, a refusal and a worker's line.
+"""
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 
 
 def iso(value: datetime | None) -> str:
     """``2024-05-01T12:00:00+00:00``, or ``-`` when there is no time."""
     return value.isoformat(timespec="seconds") if value is not None else "-"
+
+
+def utc(when: datetime | float | None) -> str:
+    """``2026-12-01 09:59 UTC`` for a time or a Unix timestamp, or ``-`` when there is none."""
+    if when is None:
+        return "-"
+    if not isinstance(when, datetime):
+        when = datetime.fromtimestamp(when, tz=UTC)
+    return when.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
 def duration(seconds: float | None) -> str:
@@ -30,7 +43,7 @@ def money(amount: int | None, currency: str | None) -> str | None:
     """``$19.99``, ``¥500``: an amount in the currency's smallest unit, formatted for reading."""
     if amount is None or currency is None:
         return None
-    from receipts.receipt.money import format_amount
+    from receipts.receipt.money import format_amount  # Babel loads only when an amount is shown
 
     try:
         return format_amount(amount, currency, "en_US")

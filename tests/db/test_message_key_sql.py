@@ -50,7 +50,7 @@ def test_the_sql_tag_is_the_python_tag(db: Db, key: str) -> None:
     """Any text, non-ASCII and overlong included, gives the same tag in both."""
     [expression] = expressions(TAG_EXPRESSION)
     row = db.execute(
-        f"SELECT {expression} AS tag FROM (VALUES (%s::text)) AS t(message_key)",  # type: ignore[arg-type]
+        f"SELECT {expression} AS tag FROM (VALUES (%s::text)) AS t(message_key)",
         (key,),
     ).fetchone()
     assert row is not None and row["tag"] == provider_tag(key)
@@ -70,7 +70,7 @@ def test_the_sql_key_is_the_python_key(
 ) -> None:
     [expression] = expressions(KEY_EXPRESSION)
     row = db.execute(
-        f"SELECT {expression} AS key FROM (VALUES (%s, %s, %s, %s))"  # type: ignore[arg-type]
+        f"SELECT {expression} AS key FROM (VALUES (%s, %s, %s, %s))"
         " AS t(account, livemode, invoice_id, purpose)",
         (account, livemode, invoice_id, purpose),
     ).fetchone()

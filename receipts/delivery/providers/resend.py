@@ -127,18 +127,17 @@ class ResendProvider:
         try:
             response = self._endpoint.get(self._api_url + "/emails", params, timeout=left)
         except requests.Timeout:
-            return Lookup(error=TIMEOUT)
-        except requests.RequestException as exc:
-            return Lookup(error=CONNECTION_ERROR if isinstance(exc, requests.ConnectionError)
-                          else type(exc).__name__)  # fmt: skip
+            return Lookup(error=f"lookup_{TIMEOUT}")
+        except requests.RequestException:
+            return Lookup(error=f"lookup_{CONNECTION_ERROR}")
         body = json_object(response.content)
         if response.status_code != 200:
             name = body.get("name") if isinstance(body.get("name"), str) else None
             return Lookup(
                 error=f"lookup_{name or f'http_{response.status_code}'}",
                 http_status=response.status_code,
-                # A key that may only send, or a wrong key: asking again cannot help.
-                permanent=response.status_code in (401, 403),
+                # A key that may only send, a wrong key or URL: asking again cannot help.
+                permanent=response.status_code in (401, 403, 404, 405),
             )
         data = body.get("data")
         emails = (

@@ -61,6 +61,17 @@ import requests
 
 Reply = tuple[int, dict[str, str], bytes]
 
+# Postmark's messages for the errors it gives here.
+BAD_TOKEN = (
+    "The Server Token you provided in the X-Postmark-Server-Token request header was invalid."
+)
+BAD_METADATA = (
+    "Invalid metadata content. Field names are limited to 20 characters and field values "
+    "are limited to 80 characters in length."
+)
+INACTIVE = "You tried to send to recipient(s) that have been marked as inactive."
+MISSING_FIELDS = "Invalid email request: 'From', 'To' and 'Subject' are required."
+
 
 @dataclass
 class _Answer:
@@ -201,7 +212,7 @@ class FakePostmark:
 
     def _check_token(self, token: str | None) -> Reply | None:
         if self.token is not None and token != self.token:
-            return _error(401, 10, "The Server Token you provided in the X-Postmark-Server-Token request header was invalid.")  # fmt: skip
+            return _error(401, 10, BAD_TOKEN)
         return None
 
 
@@ -212,13 +223,13 @@ def _key_of(body: dict[str, Any]) -> str:
 
 def _invalid(body: Any, inactive: set[str]) -> Reply | None:
     if not isinstance(body, dict) or not all(body.get(name) for name in ("From", "To", "Subject")):
-        return _error(422, 300, "Invalid email request: 'From', 'To' and 'Subject' are required.")
+        return _error(422, 300, MISSING_FIELDS)
     metadata = body.get("Metadata") or {}
     if len(metadata) > 10 or any(len(k) > 20 or len(str(v)) > 80 for k, v in metadata.items()):
-        return _error(422, 300, "Invalid metadata content. Field names are limited to 20 characters and field values are limited to 80 characters in length.")  # fmt: skip
+        return _error(422, 300, BAD_METADATA)
     recipients = [address.strip().lower() for address in str(body["To"]).split(",")]
     if any(address in inactive for address in recipients):
-        return _error(422, 406, "You tried to send to recipient(s) that have been marked as inactive.")  # fmt: skip
+        return _error(422, 406, INACTIVE)
     return None
 
 
@@ -228,9 +239,9 @@ def _matches(body: dict[str, Any], query: dict[str, list[str]]) -> bool:
         if name.startswith("metadata_"):
             if (body.get("Metadata") or {}).get(name.removeprefix("metadata_")) != value:
                 return False
-        elif name == "recipient" and value.lower() not in str(body.get("To", "")).lower():
-            return False
-        elif name == "subject" and value != body.get("Subject"):
+        elif (name == "recipient" and value.lower() not in str(body.get("To", "")).lower()) or (
+            name == "subject" and value != body.get("Subject")
+        ):
             return False
     return True
 

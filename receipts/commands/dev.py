@@ -5,8 +5,8 @@ migrations, serves the webhook on 127.0.0.1 (``--port``, default 8000) and runs
 the worker loop in the same process. Mail goes to ``.eml`` files in the dev
 state folder unless RESEND_API_KEY is set (or another provider is chosen:
 ``--smtp HOST:PORT`` sends to a local SMTP catcher such as Mailpit). A
-webhook secret is generated once per state folder (``receipts replay`` finds it there) and accepted next to any
-configured STRIPE_WEBHOOK_SECRET. While it runs, the folder's ``dev.json``
+webhook secret is generated once per state folder (``receipts replay`` finds
+it there) and accepted next to any configured STRIPE_WEBHOOK_SECRET. While it runs, the folder's ``dev.json``
 names its database and webhook URL: ``replay`` posts to that port, and the
 other commands use that database when DATABASE_URL is unset. Ctrl-C or
 SIGTERM stops the web server, the worker and the embedded database, and exits 0.

@@ -6,9 +6,10 @@ the worker loop in the same process. Mail goes to ``.eml`` files in the dev
 state folder unless RESEND_API_KEY is set (or another provider is chosen:
 ``--smtp HOST:PORT`` sends to a local SMTP catcher such as Mailpit). A
 webhook secret is generated once per state folder (``receipts replay`` finds
-it there) and accepted next to any configured STRIPE_WEBHOOK_SECRET. While it runs, the folder's ``dev.json``
-names its database and webhook URL: ``replay`` posts to that port, and the
-other commands use that database when DATABASE_URL is unset. Ctrl-C or
+it there) and accepted next to any configured STRIPE_WEBHOOK_SECRET. While it
+runs, the folder's ``dev.json`` names its database and webhook URL:
+``replay`` posts to that port, and the other commands use that database when
+DATABASE_URL is unset. Ctrl-C or
 SIGTERM stops the web server, the worker and the embedded database, and exits 0.
 """
 

@@ -105,7 +105,7 @@ def classify_postmark(status: int, headers: Any, body: bytes) -> ProviderAnswer:
         )
     return ProviderAnswer(
         http_status=status,
-        error=error_name(code) if isinstance(code, int) else f"http_{status}",
+        error=error_name(code) if failed else f"http_{status}",
         message=one_line(document.get("Message")),
         retry_after=retry_after,
     )

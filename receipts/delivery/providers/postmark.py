@@ -105,7 +105,7 @@ def classify_postmark(status: int, headers: Any, body: bytes) -> ProviderAnswer:
         )
     return ProviderAnswer(
         http_status=status,
-        error=error_name(code) if failed else f"http_{status}",
+        error=error_name(code) if isinstance(code, int) and failed else f"http_{status}",
         message=one_line(document.get("Message")),
         retry_after=retry_after,
     )
@@ -181,7 +181,11 @@ class PostmarkProvider:
         document = json_object(response.content)
         if response.status_code != 200:
             code = document.get("ErrorCode")
-            named = error_name(code) if isinstance(code, int) else f"http_{response.status_code}"
+            named = (
+                error_name(code)
+                if isinstance(code, int) and code != 0
+                else f"http_{response.status_code}"
+            )
             return Lookup(
                 error=f"lookup_{named}",
                 http_status=response.status_code,

@@ -147,3 +147,21 @@ def test_doctor_logs_in_to_the_smtp_server_without_sending(
     _, refused = mail_provider_checks(bad, cache=tmp_path)
     assert not refused.ok and "refused the user name and password" in refused.detail
     assert smtp.messages == []
+
+
+def test_receipts_dev_smtp_takes_host_and_port_and_tells_doctor() -> None:
+    import argparse
+    from dataclasses import replace
+
+    from receipts.commands.dev import _chosen_defaults, _mail_note, _smtp_address
+
+    target = _smtp_address("127.0.0.1:1025")
+    assert (target.host, target.port, target.username) == ("127.0.0.1", 1025, None)
+    for bad in ("1025", "localhost:", "localhost:http", "[::1]:70000"):
+        with pytest.raises(argparse.ArgumentTypeError, match="HOST:PORT"):
+            _smtp_address(bad)
+    settings = replace(load_settings({}), provider="smtp", smtp=target, mail_dir=Path("mail"))
+    assert _mail_note(settings, Path("mail")) == "mail       sent by SMTP to smtp://127.0.0.1:1025"
+    chosen = _chosen_defaults(settings)
+    assert chosen["RECEIPTS_PROVIDER"] == "smtp" and chosen["SMTP_URL"] == "smtp://127.0.0.1:1025"
+    assert "RECEIPTS_MAIL_DIR" not in chosen

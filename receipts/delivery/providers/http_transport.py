@@ -84,13 +84,13 @@ class JsonEndpoint:
         return response
 
     def get(self, url: str, params: Mapping[str, str | int], timeout: float) -> requests.Response:
-        """A lookup: never redirected, the whole request within ``timeout`` seconds to connect
-        and as many to read."""
+        """A lookup: never redirected, within the provider timeouts and ``timeout`` seconds
+        (what is left before the caller's deadline) for each of connect and read."""
         return self.session.get(
             url,
             params=dict(params),
             headers=dict(self.headers),
-            timeout=(min(self.timeout[0], timeout), timeout),
+            timeout=(min(self.timeout[0], timeout), min(self.timeout[1], timeout)),
             allow_redirects=False,
         )
 

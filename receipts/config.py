@@ -14,6 +14,15 @@ from pathlib import Path
 from receipts.environment import PROVIDER_KEY_RETENTION_HOURS as PROVIDER_KEY_RETENTION_HOURS
 from receipts.environment import ConfigError as ConfigError
 from receipts.environment import EnvironmentReader
+from receipts.environment import SmtpTarget as SmtpTarget
+
+PROVIDERS = ("resend", "postmark", "smtp")
+# Postmark keeps messages (and so can find them by metadata) this many days by
+# default; its Retention Add-on sets 7 to 365.
+POSTMARK_RETENTION_DAYS = 45.0
+# How long after Postmark accepted a message its outbound search is trusted to
+# show it. Postmark documents no figure; a minute is well past what is seen.
+POSTMARK_SEARCH_LAG_SECONDS = 60.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -27,6 +36,15 @@ class Settings:
     resend_api_key: str | None = None
     resend_api_url: str = "https://api.resend.com"
     resend_webhook_secret: str | None = None
+    # RECEIPTS_PROVIDER: resend | postmark | smtp; None: Resend when RESEND_API_KEY
+    # is set, else the .eml sink when RECEIPTS_MAIL_DIR is (receipts dev).
+    provider: str | None = None
+    postmark_server_token: str | None = None
+    postmark_api_url: str = "https://api.postmarkapp.com"
+    postmark_message_stream: str = "outbound"
+    postmark_retention_days: float = POSTMARK_RETENTION_DAYS
+    postmark_search_lag_seconds: float = POSTMARK_SEARCH_LAG_SECONDS
+    smtp: SmtpTarget | None = None
     stripe_api_key: str | None = None
     stripe_api_base: str = "https://api.stripe.com"
     # Provider requests per second per worker process; None: the provider's
@@ -67,6 +85,15 @@ class Settings:
     worker_database_url: str | None = None
 
     @property
+    def chosen_provider(self) -> str | None:
+        """resend | postmark | smtp | file, as the settings choose; None: none is set up."""
+        if self.provider is not None:
+            return self.provider
+        if self.resend_api_key:
+            return "resend"
+        return "file" if self.mail_dir is not None else None
+
+    @property
     def prepared_statements(self) -> bool:
         """Whether psycopg may prepare statements on the server (not through PgBouncer)."""
         return self.database_pooling != "transaction"
@@ -90,6 +117,10 @@ def load_settings(environ: Mapping[str, str], *, required: Iterable[str] = ()) -
     """Parse every known variable; raise ConfigError for a bad or missing one."""
     reader = EnvironmentReader(environ)
     metrics_listen = metrics_address(environ) or ("127.0.0.1", None)
+    provider = reader.optional_choice("RECEIPTS_PROVIDER", PROVIDERS)
+    retention_days = reader.number(
+        "RECEIPTS_POSTMARK_RETENTION_DAYS", POSTMARK_RETENTION_DAYS, minimum=7, maximum=365
+    )
     settings = Settings(
         database_url=reader.database_url("DATABASE_URL"),
         stripe_webhook_secrets=reader.secrets("STRIPE_WEBHOOK_SECRET", prefix="whsec_"),
@@ -98,6 +129,18 @@ def load_settings(environ: Mapping[str, str], *, required: Iterable[str] = ()) -
         resend_api_key=reader.resend_key("RESEND_API_KEY"),
         resend_api_url=reader.http_url("RESEND_API_URL", "https://api.resend.com"),
         resend_webhook_secret=reader.text("RESEND_WEBHOOK_SECRET"),
+        provider=provider,
+        postmark_server_token=reader.token("POSTMARK_SERVER_TOKEN"),
+        postmark_api_url=reader.http_url("POSTMARK_API_URL", "https://api.postmarkapp.com"),
+        postmark_message_stream=reader.text("POSTMARK_MESSAGE_STREAM") or "outbound",
+        postmark_retention_days=retention_days,
+        postmark_search_lag_seconds=reader.number(
+            "RECEIPTS_POSTMARK_SEARCH_LAG_SECONDS",
+            POSTMARK_SEARCH_LAG_SECONDS,
+            minimum=0.0,
+            maximum=3600.0,
+        ),
+        smtp=reader.smtp_target("SMTP_URL"),
         stripe_api_key=reader.stripe_key("STRIPE_API_KEY"),
         stripe_api_base=reader.http_url("STRIPE_API_BASE", "https://api.stripe.com"),
         send_rate=reader.optional_number("RECEIPTS_SEND_RATE", minimum=0.0),
@@ -113,7 +156,7 @@ def load_settings(environ: Mapping[str, str], *, required: Iterable[str] = ()) -
         timezone=reader.timezone("RECEIPTS_TIMEZONE", "UTC"),
         max_body_bytes=int(reader.number("RECEIPTS_MAX_BODY_BYTES", 1024 * 1024, minimum=1024)),
         body_timeout=reader.number("RECEIPTS_BODY_TIMEOUT", 5.0, minimum=0.1, maximum=120.0),
-        retry_cutoff_hours=reader.retry_cutoff("RECEIPTS_RETRY_CUTOFF_HOURS", 23.0),
+        retry_cutoff_hours=_retry_cutoff(reader, provider, environ, retention_days),
         max_attempts=int(reader.number("RECEIPTS_MAX_ATTEMPTS", 10, minimum=1, maximum=1000)),
         lease_seconds=int(reader.number("RECEIPTS_LEASE_SECONDS", 120, minimum=15)),
         retry_base_seconds=reader.number("RECEIPTS_RETRY_BASE_SECONDS", 15.0, minimum=0.0),
@@ -142,6 +185,27 @@ def load_settings(environ: Mapping[str, str], *, required: Iterable[str] = ()) -
         if not getattr(settings, REQUIRABLE[variable]):
             raise ConfigError(variable, "is required but not set")
     return settings
+
+
+def _retry_cutoff(
+    reader: EnvironmentReader,
+    provider: str | None,
+    environ: Mapping[str, str],
+    retention_days: float,
+) -> float:
+    """``RECEIPTS_RETRY_CUTOFF_HOURS``, kept inside what the provider can still tell:
+    Resend's 24 h key (default 23 h), Postmark's retention (default a day less);
+    SMTP can tell nothing, so only a person's patience bounds it (default 23 h)."""
+    name = "RECEIPTS_RETRY_CUTOFF_HOURS"
+    chosen = provider or ("resend" if reader.text("RESEND_API_KEY") else None)
+    if chosen == "postmark":
+        retention = retention_days * 24
+        return reader.retry_cutoff(
+            name, retention - 24, below=retention, window="message retention"
+        )
+    if chosen == "smtp":
+        return reader.retry_cutoff(name, 23.0, below=None)
+    return reader.retry_cutoff(name, 23.0)
 
 
 def metrics_address(environ: Mapping[str, str]) -> tuple[str, int] | None:

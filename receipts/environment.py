@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 from receipts.addresses import AddressError, formatted_mailbox
 
@@ -18,6 +19,30 @@ _STRIPE_KEY_PREFIXES = ("rk_live_", "rk_test_", "sk_live_", "sk_test_")
 # Resend's keys: "re_" and letters, digits, "_" (e.g. re_123456789); any other
 # printable ASCII character but quotes and the backslash is let through.
 _RESEND_KEY = re.compile(r"re_[!#-&(-\[\]-~]{1,500}")
+_TOKEN = re.compile(r"[!#-&(-\[\]-~]{1,500}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SmtpTarget:
+    """Where ``SMTP_URL`` says to send: ``smtp://user:pass@host:port?starttls=true`` or
+    ``smtps://…`` (TLS from the first byte). The password never appears in a repr."""
+
+    host: str
+    port: int
+    implicit_tls: bool = False
+    starttls: bool = False
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+
+    def where(self) -> str:
+        """``smtp://host:port`` (and how it is secured), never the credentials."""
+        scheme = "smtps" if self.implicit_tls else "smtp"
+        security = " with STARTTLS" if self.starttls else ""
+        login = f" as {self.username}" if self.username else ""
+        return f"{scheme}://{self.host}:{self.port}{security}{login}"
+
+
+_SMTP_DEFAULT_PORTS = {"smtp": 25, "smtps": 465}
 
 
 class ConfigError(Exception):
@@ -88,6 +113,44 @@ class EnvironmentReader:
             )
         return value
 
+    def smtp_target(self, name: str) -> SmtpTarget | None:
+        """``SMTP_URL``: smtp:// or smtps://, a host, optional port, user and password
+        (percent-encoded), and ``?starttls=true`` for STARTTLS on a plain connection."""
+        value = self.text(name)
+        if value is None:
+            return None
+        parts = urlsplit(value)
+        if parts.scheme not in _SMTP_DEFAULT_PORTS:
+            raise ConfigError(name, "must be an smtp:// or smtps:// URL")
+        try:
+            port = parts.port or _SMTP_DEFAULT_PORTS[parts.scheme]
+        except ValueError:
+            raise ConfigError(name, "has a port that is not a number from 1 to 65535") from None
+        if not parts.hostname:
+            raise ConfigError(name, "names no host (smtp://host:port)")
+        starttls = self._starttls(name, parts.query)
+        if starttls and parts.scheme == "smtps":
+            raise ConfigError(name, "smtps:// is TLS already; starttls=true is for smtp://")
+        return SmtpTarget(
+            host=parts.hostname,
+            port=port,
+            implicit_tls=parts.scheme == "smtps",
+            starttls=starttls,
+            username=unquote(parts.username) if parts.username else None,
+            password=unquote(parts.password) if parts.password else None,
+        )
+
+    @staticmethod
+    def _starttls(name: str, query: str) -> bool:
+        options = parse_qs(query, keep_blank_values=True)
+        unknown = sorted(set(options) - {"starttls"})
+        if unknown:
+            raise ConfigError(name, f"has an unknown option {unknown[0]!r} (only starttls)")
+        raw = (options.get("starttls") or ["false"])[-1].lower()
+        if raw not in ("true", "false", "1", "0", "yes", "no"):
+            raise ConfigError(name, f"starttls must be true or false, got {raw!r}")
+        return raw in ("true", "1", "yes")
+
     def address(self, name: str) -> str | None:
         """One mailbox, as a header writes it; the error says why it is not one."""
         value = self.text(name)
@@ -134,13 +197,20 @@ class EnvironmentReader:
             return None
         return self.number(name, 0.0, minimum=minimum)
 
-    def retry_cutoff(self, name: str, default: float) -> float:
+    def retry_cutoff(
+        self,
+        name: str,
+        default: float,
+        *,
+        below: float | None = PROVIDER_KEY_RETENTION_HOURS,
+        window: str = "idempotency window",
+    ) -> float:
+        """Hours after the first attempt with no more automatic sends: strictly below
+        ``below`` (how long the provider can still tell an accepted send), if any."""
         hours = self.number(name, default, minimum=0.01)
-        if hours >= PROVIDER_KEY_RETENTION_HOURS:
+        if below is not None and hours >= below:
             raise ConfigError(
-                name,
-                f"must stay below the provider's {PROVIDER_KEY_RETENTION_HOURS:g} h "
-                f"idempotency window, got {hours:g}",
+                name, f"must stay below the provider's {below:g} h {window}, got {hours:g}"
             )
         return hours
 
@@ -162,6 +232,21 @@ class EnvironmentReader:
         if raw not in choices:
             raise ConfigError(name, f"must be one of {', '.join(choices)}, got {raw!r}")
         return raw
+
+    def optional_choice(self, name: str, choices: tuple[str, ...]) -> str | None:
+        raw = self.text(name)
+        if raw is None:
+            return None
+        if raw.lower() not in choices:
+            raise ConfigError(name, f"must be one of {', '.join(choices)}, got {raw!r}")
+        return raw.lower()
+
+    def token(self, name: str) -> str | None:
+        """An API token: printable ASCII without spaces or quotes (never printed)."""
+        value = self.text(name)
+        if value is not None and not _TOKEN.fullmatch(value):
+            raise ConfigError(name, "must be printable ASCII characters (no spaces or quotes)")
+        return value
 
     def path(self, name: str) -> Path | None:
         raw = self.text(name)

@@ -35,8 +35,13 @@ Rules it keeps, like Resend:
   only when ``quota_retry_after`` is set, since Resend documents none), and
   every answer carries ``x-resend-daily-quota`` / ``x-resend-monthly-quota``
   (emails used). The day is the UTC day of the fake's clock.
-* ``GET /emails`` answers 405 ``method_not_allowed``; any other path 404
-  ``not_found``, as Resend does for a wrong ``RESEND_API_URL``.
+* ``GET /emails?limit=&after=`` lists the emails sent, newest first, as
+  Resend's "List Sent Emails" does (``{"object": "list", "has_more",
+  "data": [{"id", "to", "from", "subject", "created_at", "last_event"}]}``,
+  no tags; ``limit`` 1 to 100, default 20; ``after`` an id, excluded), with
+  the same key check as ``POST /emails``; a key in ``restricted_keys`` (a
+  sending-only key) is answered 401 ``restricted_api_key``. Any other path
+  answers 404 ``not_found``, as Resend does for a wrong ``RESEND_API_URL``.
 
 Control API (JSON in, JSON out):
 
@@ -93,6 +98,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import requests
 
@@ -415,10 +421,46 @@ class FakeResend:
             accepted.append(self.now())
             self.limits.settle(accepted[0])
             self.deliveries.append(
-                {"id": email_id, "key": key or "", "body": body.decode("utf-8", "replace")}
+                {
+                    "id": email_id,
+                    "key": key or "",
+                    "body": body.decode("utf-8", "replace"),
+                    "created_at": _iso(self.now()),
+                }
             )
         time.sleep(answer.hold)
         return answer.status, {}, json.dumps({"id": email_id}).encode()
+
+
+def _iso(at: float) -> str:
+    """A time as Resend writes ``created_at``: ``2023-04-03T22:13:42.674981+00:00``."""
+    from datetime import UTC, datetime
+
+    return datetime.fromtimestamp(at, UTC).isoformat()
+
+
+def list_emails(fake: FakeResend, limit: int, after: str | None) -> Reply:
+    """One page of ``GET /emails``, newest first (lock taken here)."""
+    with fake._lock:
+        sent = list(reversed(fake.deliveries))
+    start = 0
+    if after:
+        ids = [delivery["id"] for delivery in sent]
+        if after not in ids:
+            return _error(422, "validation_error", "The `after` cursor is not an email id.")
+        start = ids.index(after) + 1
+    page = sent[start : start + limit]
+    data = []
+    for delivery in page:
+        body = json.loads(delivery["body"])
+        data.append(
+            {"id": delivery["id"], "to": body.get("to"), "from": body.get("from"),
+             "subject": body.get("subject"), "created_at": delivery["created_at"],
+             "bcc": None, "cc": None, "reply_to": None, "last_event": "delivered",
+             "scheduled_at": None}
+        )  # fmt: skip
+    has_more = start + limit < len(sent)
+    return 200, {}, json.dumps({"object": "list", "has_more": has_more, "data": data}).encode()
 
 
 def _is_valid_email(body: bytes) -> bool:
@@ -499,10 +541,28 @@ class _Handler(BaseHTTPRequestHandler):
             self._reply(200, {}, json.dumps(received).encode())
         elif self.path == "/domains":
             self._reply(*self.server.domains.answer(fake, self.headers.get("Authorization")))
-        elif self.path == "/emails":
-            self._reply(*_error(405, "method_not_allowed"))
+        elif self.path.split("?")[0] == "/emails":
+            self._reply(*self._list_emails())
         else:
             self._reply(*_error(404, "not_found"))
+
+    def _list_emails(self) -> Reply:
+        authorization = self.headers.get("Authorization")
+        if authorization and authorization.removeprefix("Bearer ") in (
+            self.server.domains.restricted_keys
+        ):
+            return _error(401, "restricted_api_key")
+        refused = self.server.fake._check_credentials(authorization)
+        if refused is not None:
+            return refused
+        query = parse_qs(urlsplit(self.path).query)
+        try:
+            limit = int((query.get("limit") or ["20"])[0])
+        except ValueError:
+            limit = 0
+        if not 1 <= limit <= 100:
+            return _error(422, "validation_error", "The `limit` must be between 1 and 100.")
+        return list_emails(self.server.fake, limit, (query.get("after") or [None])[0])
 
     def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))

@@ -3,11 +3,13 @@
 Starts an embedded PostgreSQL when DATABASE_URL is unset, applies the
 migrations, serves the webhook on 127.0.0.1 (``--port``, default 8000) and runs
 the worker loop in the same process. Mail goes to ``.eml`` files in the dev
-state folder unless RESEND_API_KEY is set. A webhook secret is generated once
-per state folder (``receipts replay`` finds it there) and accepted next to any
-configured STRIPE_WEBHOOK_SECRET. While it runs, the folder's ``dev.json``
-names its database and webhook URL: ``replay`` posts to that port, and the
-other commands use that database when DATABASE_URL is unset. Ctrl-C or
+state folder unless RESEND_API_KEY is set (or another provider is chosen:
+``--smtp HOST:PORT`` sends to a local SMTP catcher such as Mailpit). A
+webhook secret is generated once per state folder (``receipts replay`` finds
+it there) and accepted next to any configured STRIPE_WEBHOOK_SECRET. While it
+runs, the folder's ``dev.json`` names its database and webhook URL:
+``replay`` posts to that port, and the other commands use that database when
+DATABASE_URL is unset. Ctrl-C or
 SIGTERM stops the web server, the worker and the embedded database, and exits 0.
 """
 
@@ -27,7 +29,7 @@ from types import FrameType
 
 from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
 
-from receipts.config import Settings, load_settings
+from receipts.config import Settings, SmtpTarget, load_settings
 from receipts.delivery.configured import provider_from_settings
 from receipts.delivery.summary import WorkerSummary
 from receipts.delivery.worker import run_worker
@@ -56,6 +58,12 @@ WORKER_POLL_SECONDS = 2.0
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--port", type=_port, default=8000, help="webhook port on 127.0.0.1 (default 8000)"
+    )
+    parser.add_argument(
+        "--smtp",
+        type=_smtp_address,
+        metavar="HOST:PORT",
+        help="send mail over plain SMTP to a local catcher such as Mailpit (127.0.0.1:1025)",
     )
     parser.add_argument(
         "--state-dir",
@@ -93,6 +101,8 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     stop = threading.Event()
     _stop_on_signals(stop)
     with ExitStack() as cleanup:
+        if args.smtp is not None:
+            configured = replace(configured, provider="smtp", smtp=args.smtp)
         try:
             setup = _prepare(configured, args.state_dir, cleanup)
         except (EmbeddedUnavailable, EmbeddedStartFailed) as exc:
@@ -152,10 +162,7 @@ def _prepare(configured: Settings, state_override: Path | None, cleanup: ExitSta
     else:
         notes.append("stripe api none (STRIPE_API_KEY is not set: thin events wait for one)")
     mail_dir = configured.mail_dir or folder / "mail"
-    if configured.resend_api_key:
-        notes.append(f"mail       sent through Resend at {configured.resend_api_url}")
-    else:
-        notes.append(f"mail       .eml files in {mail_dir} (RESEND_API_KEY is not set)")
+    notes.append(_mail_note(configured, mail_dir))
     settings = replace(
         configured,
         database_url=database_url,
@@ -168,10 +175,24 @@ def _prepare(configured: Settings, state_override: Path | None, cleanup: ExitSta
     )
 
 
+def _mail_note(configured: Settings, mail_dir: Path) -> str:
+    chosen = configured.chosen_provider
+    if chosen == "smtp" and configured.smtp is not None:
+        return f"mail       sent by SMTP to {configured.smtp.where()}"
+    if chosen == "postmark":
+        return f"mail       sent through Postmark at {configured.postmark_api_url}"
+    if chosen == "resend":
+        return f"mail       sent through Resend at {configured.resend_api_url}"
+    return f"mail       .eml files in {mail_dir} (RESEND_API_KEY is not set)"
+
+
 def _chosen_defaults(settings: Settings) -> dict[str, str]:
     """The settings dev chose on the user's behalf, for `receipts doctor` to check the same."""
     chosen = {"EMAIL_FROM": settings.email_from or DEV_EMAIL_FROM}
-    if settings.mail_dir is not None and not settings.resend_api_key:
+    if settings.chosen_provider == "smtp" and settings.smtp is not None:
+        chosen["RECEIPTS_PROVIDER"] = "smtp"
+        chosen["SMTP_URL"] = f"smtp://{settings.smtp.host}:{settings.smtp.port}"
+    elif settings.mail_dir is not None and settings.chosen_provider in (None, "file"):
         chosen["RECEIPTS_MAIL_DIR"] = str(settings.mail_dir)
     return chosen
 
@@ -279,6 +300,14 @@ def _stop_on_signals(stop: threading.Event) -> None:
 
     signal.signal(signal.SIGINT, handle)
     signal.signal(signal.SIGTERM, handle)
+
+
+def _smtp_address(raw: str) -> SmtpTarget:
+    """``HOST:PORT`` of a local SMTP catcher (plain SMTP, no login)."""
+    host, _, port = raw.rpartition(":")
+    if not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise argparse.ArgumentTypeError(f"must be HOST:PORT, such as 127.0.0.1:1025, got {raw!r}")
+    return SmtpTarget(host=host.strip("[]"), port=int(port))
 
 
 def _port(raw: str) -> int:

@@ -10,8 +10,13 @@ One line per check, ``ok|FAIL name: detail``, exit 1 when any failed:
 * ``listen``: a NOTIFY reaches the worker's LISTEN (a pooler in the way?);
 * ``templates``: the templates compile and render a sample invoice;
 * ``webhook-secret``: ``STRIPE_WEBHOOK_SECRET`` is set;
+* ``provider``: which mail provider the settings choose, and its duplicate
+  protection (``receipts.delivery.providers``);
 * ``resend-key``, ``sending-domain``: Resend accepts ``RESEND_API_KEY`` and the
-  domain of ``EMAIL_FROM`` is verified there;
+  domain of ``EMAIL_FROM`` is verified there; or ``postmark-token``,
+  ``postmark-stream``: Postmark accepts ``POSTMARK_SERVER_TOKEN`` and
+  ``POSTMARK_MESSAGE_STREAM`` is a transactional stream of its server; or
+  ``smtp-login``: the server of ``SMTP_URL`` answers EHLO, STARTTLS and AUTH;
 * ``stripe-key``, ``stripe-webhook``: with ``STRIPE_API_KEY``, Stripe accepts
   it and an enabled webhook endpoint is subscribed to ``invoice.paid``.
 
@@ -35,7 +40,7 @@ from receipts.operations.checks import (
     templates_check,
     webhook_secret_check,
 )
-from receipts.operations.provider_checks import cache_dir, resend_checks, stripe_checks
+from receipts.operations.provider_checks import cache_dir, mail_provider_checks, stripe_checks
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -70,6 +75,6 @@ def run_checks(environ: Mapping[str, str], *, use_cache: bool = True) -> list[Ch
         *database_checks(settings),
         templates_check(settings),
         webhook_secret_check(settings, environ),
-        *resend_checks(settings, cache=cache_dir(environ), refresh=not use_cache),
+        *mail_provider_checks(settings, cache=cache_dir(environ), refresh=not use_cache),
         *stripe_checks(settings),
     ]

@@ -11,7 +11,6 @@ deploy. An event that would not become an email exits 1 and says why.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import sys
 from collections.abc import Mapping
@@ -94,6 +93,4 @@ def _output(form: str, message_key: str, payload: dict[str, Any]) -> str:
     if form == "html":
         return str(payload["html"])
     body = json.dumps(payload, sort_keys=True).encode()
-    digest = hashlib.sha256(body).hexdigest()
-    message = build_email(message_key, body, f"preview_{digest[:32]}", digest)
-    return message.as_string()
+    return build_email(message_key, body).as_string()

@@ -40,12 +40,14 @@ class ProviderAnswer:
     rate_limit_limit: int | None = None  # requests the provider allows per window
     rate_limit_remaining: int | None = None
     rate_limit_reset: float | None = None  # seconds until the provider's window resets
+    reply_code: int | None = None  # an SMTP server's reply code (SMTP has no HTTP status)
 
     @property
     def accepted(self) -> bool:
-        """A 2xx carrying the email's id: the provider took the message."""
+        """A 2xx carrying the email's id (or, over SMTP, an accepted message's id):
+        the provider took the message."""
         status = self.http_status
-        return status is not None and 200 <= status < 300 and bool(self.provider_id)
+        return bool(self.provider_id) and (status is None or 200 <= status < 300)
 
 
 def classify_response(status: int, headers: Any, body: bytes) -> ProviderAnswer:
@@ -150,3 +152,13 @@ def _integer(value: str | None) -> int | None:
     except ValueError:
         return None
     return number if number is None or number >= 0 else None
+
+
+def one_line(message: Any) -> str | None:
+    """A provider's free-text message for a person to read: one line, at most 300 characters."""
+    return _error_message({"message": message})
+
+
+def header_seconds(value: str | None) -> float | None:
+    """A delay in seconds from a header (delta-seconds or an HTTP date); see ``_seconds``."""
+    return _seconds(value)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 from uuid import UUID
 
@@ -41,6 +42,22 @@ log = logging.getLogger(__name__)
 RenderPayload = Callable[[str, dict[str, Any]], dict[str, Any]]
 
 
+# A row past the cutoff or the budget is asked about at most this many attempts more.
+LOOKUP_ATTEMPTS = 3
+
+
+@dataclass(frozen=True, kw_only=True)
+class PriorAttempt:
+    """The latest earlier attempt of a row that may have reached the provider:
+    unfinished (its worker died, or its answer was never written), lease_lost, or
+    a retry. ``age_seconds`` is measured by the database's clock."""
+
+    outcome: str | None
+    http_status: int | None
+    provider_error: str | None
+    age_seconds: float
+
+
 @dataclass(frozen=True, kw_only=True)
 class ClaimedRow:
     """A row this worker holds under ``lease_token`` until its lease runs out."""
@@ -50,6 +67,11 @@ class ClaimedRow:
     attempt: int  # the attempt number this claim made (attempts after + 1)
     attempt_id: int  # the email_attempts row recording this attempt
     payload: bytes  # the frozen payload, byte for byte as PostgreSQL prints it
+    first_attempt_at: datetime | None = None
+    prior: PriorAttempt | None = None
+    # Leased only to ask the provider: without a yes it goes to review for this reason.
+    past_limit: ReviewReason | None = None
+    evidence_id: str | None = None  # a delivery webhook named this email id for the key
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -75,12 +97,15 @@ def claim_ready(
     max_attempts: int,
     retry_cutoff_hours: float,
     render: RenderPayload,
+    look_up_past_limit: bool = False,
 ) -> Claim:
     """Lease up to ``limit`` ready rows (commit before sending; autocommit will do).
 
     Ready means pending and due, or processing with an expired lease (its
     worker died or lost touch). Rows past the retry cutoff or the attempt
-    budget go to review here, without a send. Rows claimed for the first time
+    budget go to review here, without a send, unless ``look_up_past_limit``
+    (the provider can say whether it accepted an earlier attempt) and one may
+    have reached it: those are leased with ``past_limit`` set. Rows claimed for the first time
     without an email get it from ``render``, frozen before this returns.
     """
     if limit <= 0:
@@ -93,6 +118,8 @@ def claim_ready(
             "lease_seconds": float(lease_seconds),
             "max_attempts": max_attempts,
             "cutoff_seconds": retry_cutoff_hours * 3600.0,
+            "look_up_past_limit": look_up_past_limit,
+            "lookup_attempts": LOOKUP_ATTEMPTS,
         },
     ).fetchall()
     leased = [row for row in found if row["review_reason"] is None]
@@ -181,12 +208,24 @@ def _review_unrenderable(
 
 
 def _claimed(row: dict[str, Any]) -> ClaimedRow:
+    prior = None
+    if row["prior_age_seconds"] is not None:
+        prior = PriorAttempt(
+            outcome=row["prior_outcome"],
+            http_status=row["prior_http_status"],
+            provider_error=row["prior_error"],
+            age_seconds=row["prior_age_seconds"],
+        )
     return ClaimedRow(
         message_key=row["message_key"],
         lease_token=row["lease_token"],
         attempt=row["attempts"],
         attempt_id=row["attempt_id"],
         payload=row["payload_text"].encode("utf-8"),
+        first_attempt_at=row["first_attempt_at"],
+        prior=prior,
+        past_limit=ReviewReason(row["past_limit"]) if row["past_limit"] else None,
+        evidence_id=row["evidence_id"],
     )
 
 

@@ -7,13 +7,14 @@ row's next state and the attempt's outcome (written by ``delivery.sql:
 record_attempts``), how long every send of this worker must pause, the
 sending pause a quota answer asks for, and whether the run must stop. It
 reads no clock (``now`` is given), touches no database and sets nothing on
-the worker. :data:`RESEND_ERRORS` holds every error name Resend documents
-(https://resend.com/docs/api-reference/errors); :func:`reaction_to` says
-what any answer is: ``sent``, ``retry`` (attempt counted), ``rate_limited``
-or ``quota`` (attempt refunded: not the message's fault), ``review`` (a 4xx
-about this message), or ``configuration`` (refunded, and the run stops with
-exit code 2 naming what to fix). docs/architecture.md, "What each provider
-answer does", is the table in words.
+the worker. What the answer *is* comes from the answer table of the provider
+that gave it (``receipts.delivery.rules``: Resend's, Postmark's, SMTP's):
+``sent``, ``retry`` (attempt counted), ``rate_limited`` or ``quota``
+(attempt refunded: not the message's fault), ``review`` (a problem of this
+message), or ``configuration`` (refunded, and the run stops with exit code 2
+naming what to fix). A retry after an answer that may hide an accepted send
+waits at least the table's ``retry_floor_seconds`` (Postmark: its search lag).
+docs/architecture.md, "What each provider answer does", is the table in words.
 
 Every wait the provider asks for (``Retry-After``, ``ratelimit-reset``) is
 capped: at ``RECEIPTS_RETRY_MAX_SECONDS`` (1 h) for a rate limit, at
@@ -26,107 +27,23 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
-from enum import StrEnum
 
 from receipts.config import Settings
-from receipts.delivery.answers import KEY_IN_PROGRESS, ProviderAnswer
+from receipts.delivery.answers import ProviderAnswer
 from receipts.delivery.pacing import retry_delay
+from receipts.delivery.rules import AnswerTable, Reaction, Rule
+from receipts.delivery.rules.resend import RESEND, RESEND_ERRORS, reaction_to
 from receipts.delivery.summary import ExitCode
 from receipts.vocabulary import AttemptOutcome, PauseReason, ReviewReason, RowStatus
 
+# Resend's table, where the whole table used to live, for callers that name it.
+__all__ = ["RESEND_ERRORS", "AnswerTable", "Reaction", "Rule", "decide", "reaction_to"]
+
 # A 429 without any header telling us how long to wait pauses sends this long.
 DEFAULT_RATE_LIMIT_PAUSE = 1.0
-# Resend states its rate limit per second: a full window that resets within
-# this long is already covered by the send spacing (receipts.delivery.pacing).
-RATE_WINDOW_SECONDS = 1.0
 # A quota pause never outlasts a day without a new answer from the provider:
 # a daily quota cannot, and a monthly one is checked again (one request) daily.
 QUOTA_PAUSE_MAX_SECONDS = 24 * 3600.0
-
-
-class Reaction(StrEnum):
-    SENT = "sent"
-    RETRY = "retry"
-    RATE_LIMITED = "rate_limited"
-    QUOTA = "quota"
-    REVIEW = "review"
-    CONFIGURATION = "configuration"
-
-
-@dataclass(frozen=True)
-class Rule:
-    """What an answer is, and for a configuration error the setting to fix."""
-
-    reaction: Reaction
-    fix: str | None = None
-
-
-_API_KEY = "check RESEND_API_KEY: missing, revoked, or not a key of this Resend team"
-_API_URL = "check RESEND_API_URL: it must be Resend's API base, https://api.resend.com"
-_FROM_DOMAIN = (
-    "check EMAIL_FROM's domain: it must be verified in Resend (resend.com/domains) "
-    "to send to customers"
-)
-_FROM_ADDRESS = "check EMAIL_FROM: Resend refused it as a from address"
-
-# Every error name Resend documents, by (HTTP status, name). A 400
-# validation_error whose message says the API key is invalid is a
-# configuration error too (see reaction_to).
-RESEND_ERRORS: dict[tuple[int, str], Rule] = {
-    (400, "invalid_idempotency_key"): Rule(Reaction.REVIEW),
-    (400, "validation_error"): Rule(Reaction.REVIEW),
-    (401, "missing_api_key"): Rule(Reaction.CONFIGURATION, _API_KEY),
-    (401, "restricted_api_key"): Rule(Reaction.CONFIGURATION, _API_KEY),
-    (401, "validation_error"): Rule(Reaction.CONFIGURATION, _API_KEY),
-    (403, "invalid_api_key"): Rule(Reaction.CONFIGURATION, _API_KEY),
-    (403, "validation_error"): Rule(Reaction.CONFIGURATION, _FROM_DOMAIN),
-    (404, "not_found"): Rule(Reaction.CONFIGURATION, _API_URL),
-    (405, "method_not_allowed"): Rule(Reaction.CONFIGURATION, _API_URL),
-    (409, "invalid_idempotent_request"): Rule(Reaction.REVIEW),
-    (409, "concurrent_idempotent_requests"): Rule(Reaction.RETRY),
-    (422, "invalid_attachment"): Rule(Reaction.REVIEW),
-    (422, "invalid_from_address"): Rule(Reaction.CONFIGURATION, _FROM_ADDRESS),
-    (422, "invalid_access"): Rule(Reaction.REVIEW),
-    (422, "invalid_parameter"): Rule(Reaction.REVIEW),
-    (422, "invalid_region"): Rule(Reaction.REVIEW),
-    (422, "missing_required_field"): Rule(Reaction.REVIEW),
-    (429, "monthly_quota_exceeded"): Rule(Reaction.QUOTA),
-    (429, "daily_quota_exceeded"): Rule(Reaction.QUOTA),
-    (429, "rate_limit_exceeded"): Rule(Reaction.RATE_LIMITED),
-    (451, "security_error"): Rule(Reaction.REVIEW),
-    (500, "application_error"): Rule(Reaction.RETRY),
-    (500, "internal_server_error"): Rule(Reaction.RETRY),
-}
-
-
-def reaction_to(answer: ProviderAnswer) -> Rule:
-    """What this answer is: a documented error by its name, anything else by its status."""
-    status = answer.http_status
-    if status is None:
-        return Rule(Reaction.RETRY)  # no answer: timeout, connection error
-    if 200 <= status < 300:
-        return Rule(Reaction.SENT if answer.accepted else Reaction.RETRY)
-    if status == 400 and answer.error == "validation_error" and answer.api_key_refused:
-        return Rule(Reaction.CONFIGURATION, _API_KEY)
-    documented = RESEND_ERRORS.get((status, answer.error or ""))
-    if documented is not None:
-        return documented
-    return _by_status(status, answer.error)
-
-
-def _by_status(status: int, error: str | None) -> Rule:
-    """An answer Resend does not document: unknown 4xx is the message's, 5xx a retry."""
-    if status in (401, 403):
-        return Rule(Reaction.CONFIGURATION, _API_KEY)
-    if 300 <= status < 400 or status in (404, 405):
-        return Rule(Reaction.CONFIGURATION, _API_URL)
-    if status == 408 or (status == 409 and error == KEY_IN_PROGRESS):
-        return Rule(Reaction.RETRY)
-    if status == 429:
-        return Rule(Reaction.RATE_LIMITED)
-    if 400 <= status < 500:
-        return Rule(Reaction.REVIEW)
-    return Rule(Reaction.RETRY)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -187,18 +104,25 @@ def decide(
     settings: Settings,
     *,
     now: datetime,
+    table: AnswerTable = RESEND,
     rng: random.Random | None = None,
 ) -> Decision:
-    """The row's fate after ``answer`` to attempt number ``attempt``, at time ``now``."""
-    rule = reaction_to(answer)
-    asked = _asked_pause(answer, rule.reaction)
+    """The row's fate after ``answer`` to attempt number ``attempt``, at time ``now``,
+    by the answer ``table`` of the provider that gave it."""
+    rule = table.reaction_to(answer)
+    asked = _asked_pause(answer, rule.reaction, table.rate_window_seconds)
     pause = min(asked, settings.retry_max_seconds)
     quota = _quota_pause(answer, now) if rule.reaction == Reaction.QUOTA else None
+    result = _result(answer, rule.reaction, attempt, settings, pause, rng)
+    if result.outcome == AttemptOutcome.RETRY and _may_hide_acceptance(answer):
+        result = replace(
+            result, retry_in_seconds=max(result.retry_in_seconds, table.retry_floor_seconds)
+        )
     return Decision(
-        result=_result(answer, rule.reaction, attempt, settings, pause, rng),
+        result=result,
         pause_sends=0.0 if quota is not None else pause,
         asked_pause=0.0 if quota is not None else asked,
-        provider_rate=_provider_rate(answer),
+        provider_rate=_provider_rate(answer, table.rate_window_seconds),
         quota=quota,
         stop=_stop(answer, rule),
     )
@@ -247,14 +171,20 @@ def _result(
     return replace(said, retry_in_seconds=delay)
 
 
-def _asked_pause(answer: ProviderAnswer, reaction: Reaction) -> float:
+def _may_hide_acceptance(answer: ProviderAnswer) -> bool:
+    """No reply, a 5xx, or a 2xx without an id: the provider may have taken the message."""
+    status = answer.http_status
+    return status is None or status >= 500 or 200 <= status < 300
+
+
+def _asked_pause(answer: ProviderAnswer, reaction: Reaction, window: float) -> float:
     """How long the provider asked every send of ours to wait (uncapped)."""
     if reaction in (Reaction.RATE_LIMITED, Reaction.QUOTA):
         return _first_given(answer.retry_after, answer.rate_limit_reset) or (
             DEFAULT_RATE_LIMIT_PAUSE
         )
     reset = answer.rate_limit_reset
-    if answer.rate_limit_remaining == 0 and reset is not None and reset > RATE_WINDOW_SECONDS:
+    if answer.rate_limit_remaining == 0 and reset is not None and reset > window:
         return reset
     return 0.0
 
@@ -263,10 +193,10 @@ def _first_given(*seconds: float | None) -> float | None:
     return next((value for value in seconds if value is not None and value > 0), None)
 
 
-def _provider_rate(answer: ProviderAnswer) -> float | None:
+def _provider_rate(answer: ProviderAnswer, window: float) -> float | None:
     """``ratelimit-limit`` as requests per second (Resend states its limit per second)."""
     limit = answer.rate_limit_limit
-    return float(limit) / RATE_WINDOW_SECONDS if limit else None
+    return float(limit) / window if limit else None
 
 
 def _quota_pause(answer: ProviderAnswer, now: datetime) -> QuotaPause:

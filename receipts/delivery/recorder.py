@@ -52,6 +52,9 @@ _COUNTERS: dict[str, Counter] = {
     AttemptOutcome.CONFIG_ERROR: "released",
     AttemptOutcome.QUOTA_EXCEEDED: "released",
     AttemptOutcome.RELEASED: "released",
+    # A row past its limits that the provider did not have: to review unsent.
+    AttemptOutcome.SKIPPED_CUTOFF: "review",
+    AttemptOutcome.SKIPPED_BUDGET: "review",
 }
 
 

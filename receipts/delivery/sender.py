@@ -19,11 +19,11 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from receipts.config import Settings
-from receipts.delivery import claims
-from receipts.delivery.decisions import RELEASED, Decision, decide
+from receipts.delivery import claims, lookups
+from receipts.delivery.decisions import RELEASED, AttemptResult, Decision, decide
 from receipts.delivery.pacing import RateLimiter
 from receipts.delivery.providers import Provider
 from receipts.delivery.recorder import Recorder
@@ -33,6 +33,10 @@ from receipts.formatting import utc
 from receipts.logs import log_fields
 
 log = logging.getLogger(__name__)
+
+# A provider's clock and ours may differ: a lookup reaches back this much
+# before the first attempt (Resend's sent list is searched back to there).
+LOOKUP_MARGIN = timedelta(minutes=1)
 
 
 @dataclass(kw_only=True)
@@ -50,14 +54,38 @@ class Sender:
     worker_id: str
 
     def attempt(self, row: claims.ClaimedRow, claimed_at: float) -> None:
-        """Send one row; the recorder writes the answer, so this slot is free at once."""
+        """Send one row; the recorder writes the answer, so this slot is free at once.
+
+        First the row's plan (``receipts.delivery.lookups``): an earlier attempt
+        that may have been accepted is asked about (Postmark, or any provider
+        that can be asked once the row is past its limits), waited for, or
+        handed to a person (SMTP) instead of being sent again."""
         try:
             send_by = claimed_at + self.send_window
-            if self.halt.is_set() or not self.limiter.acquire(send_by, self.halt):
+            if self.halt.is_set():
+                self.recorder.put(row, RELEASED)
+                return
+            chosen = lookups.plan(row, self.provider.guarantee)
+            if chosen.step in (lookups.Step.WAIT, lookups.Step.REVIEW):
+                self._log_plan(row, chosen)
+                self.recorder.put(row, lookups.without_sending(row, chosen))
+                return
+            if chosen.step == lookups.Step.LOOK_UP:
+                result = self._look_up(row, send_by)
+                if result is not None:
+                    self.recorder.put(row, result)
+                    return
+            if not self.limiter.acquire(send_by, self.halt):
                 self.recorder.put(row, RELEASED)
                 return
             answer = self.provider.send(row.message_key, row.payload)
-            decision = decide(answer, row.attempt, self.settings, now=datetime.now(UTC))
+            decision = decide(
+                answer,
+                row.attempt,
+                self.settings,
+                now=datetime.now(UTC),
+                table=self.provider.answers,
+            )
             self._act_on(decision)
             self.recorder.put(row, decision.result)
         except Exception:
@@ -65,6 +93,45 @@ class Sender:
             log.exception("attempt failed unexpectedly: key=%s", row.message_key)
             self.summary.count("unrecorded")
             self.let_go()
+
+    def _look_up(self, row: claims.ClaimedRow, send_by: float) -> AttemptResult | None:
+        """Ask the provider (or the recorded webhooks) whether it has this receipt;
+        the attempt's result, or None when it does not and the send goes ahead."""
+        found = lookups.evidence_lookup(row)
+        if found is None:
+            if not self.limiter.acquire(send_by, self.halt):
+                return RELEASED
+            started = row.first_attempt_at or datetime.now(UTC)
+            found = self.provider.look_up(
+                row.message_key,
+                row.payload,
+                since=started - LOOKUP_MARGIN,
+                deadline=send_by,
+            )
+        log_fields(
+            log,
+            "asked the provider about an earlier attempt",
+            logging.INFO if found.error is None else logging.WARNING,
+            key=row.message_key,
+            searched=found.searched,
+            found=found.provider_id,
+            error=found.error,
+        )
+        return lookups.after_lookup(row, found, self.settings)
+
+    def _log_plan(self, row: claims.ClaimedRow, chosen: lookups.Plan) -> None:
+        if chosen.step == lookups.Step.WAIT:
+            message = "waiting until the provider's search can see an earlier attempt"
+        else:
+            message = "receipt to review without sending: an earlier attempt may have arrived"
+        log_fields(
+            log,
+            message,
+            logging.WARNING,
+            key=row.message_key,
+            wait_seconds=round(chosen.wait_seconds, 1) if chosen.wait_seconds else None,
+            reason=chosen.review_reason,
+        )
 
     def _act_on(self, decision: Decision) -> None:
         """What the answer means beyond its row: the pace, the pause, the run."""

@@ -283,6 +283,7 @@ class _Dispatcher:
                     max_attempts=self.settings.max_attempts,
                     retry_cutoff_hours=self.settings.retry_cutoff_hours,
                     render=self.render,
+                    look_up_past_limit=self.provider.guarantee.can_look_up,
                 )
         except psycopg.errors.InsufficientPrivilege as exc:
             # A role without the worker's grants: retrying cannot help.

@@ -1,4 +1,8 @@
-"""What ``receipts doctor`` asks Resend and Stripe: keys accepted, domain verified, endpoint set.
+"""What ``receipts doctor`` asks the mail provider and Stripe: keys accepted, domain, endpoint.
+
+:func:`mail_provider_checks` checks the provider the settings choose, after a
+``provider`` line stating its guarantee: Resend (below), Postmark or SMTP
+(``receipts.operations.relay_checks``).
 
 Resend: ``GET /domains`` with ``RESEND_API_KEY`` says whether the key is
 accepted and whether the domain of ``EMAIL_FROM`` is verified. A key that may
@@ -27,8 +31,10 @@ import requests
 import stripe
 
 from receipts.addresses import mailbox_address
-from receipts.config import Settings
+from receipts.config import ConfigError, Settings
+from receipts.delivery.configured import provider_from_settings
 from receipts.operations.checks import Check
+from receipts.operations.relay_checks import postmark_checks, smtp_check
 from receipts.stripe_api.client import ApiError, ApiRefused, StripeApi
 
 CACHE_SECONDS = 3600.0
@@ -41,14 +47,41 @@ def cache_dir(environ: Mapping[str, str]) -> Path:
     return Path(base) / "receipts"
 
 
+def mail_provider_checks(settings: Settings, *, cache: Path, refresh: bool = False) -> list[Check]:
+    """``provider`` (which one, and its guarantee), then that provider's own checks."""
+    chosen = settings.chosen_provider
+    if chosen == "postmark":
+        return [_guarantee(settings), *postmark_checks(settings)]
+    if chosen == "smtp":
+        return [_guarantee(settings), smtp_check(settings)]
+    checks = resend_checks(settings, cache=cache, refresh=refresh)
+    if chosen is None:
+        return checks
+    return [_guarantee(settings), *checks]
+
+
+def _guarantee(settings: Settings) -> Check:
+    try:
+        provider = provider_from_settings(settings, concurrency=1)
+    except ConfigError as error:
+        return Check(name="provider", ok=False, detail=str(error))
+    try:
+        detail = f"{provider.name}: duplicate protection: {provider.guarantee.line()}"
+    finally:
+        provider.close()
+    return Check(name="provider", ok=True, detail=detail)
+
+
 def resend_checks(settings: Settings, *, cache: Path, refresh: bool = False) -> list[Check]:
     """``resend-key`` and ``sending-domain``; ``refresh``: ask Resend whatever is cached."""
-    """``resend-key`` and ``sending-domain``."""
     if not settings.resend_api_key:
         if settings.mail_dir is not None:
             detail = f"not used: mail goes to .eml files in {settings.mail_dir}"
             return [Check(name="resend-key", ok=True, detail=detail)]
-        detail = "RESEND_API_KEY is not set (nor RECEIPTS_MAIL_DIR): the worker cannot send"
+        detail = (
+            "RESEND_API_KEY is not set (nor RECEIPTS_PROVIDER=postmark|smtp, nor "
+            "RECEIPTS_MAIL_DIR): the worker cannot send"
+        )
         return [Check(name="resend-key", ok=False, detail=detail)]
     answer, age = _domains(settings, cache, refresh)
     cached = f" (answer cached {int(age // 60)} min ago)" if age is not None else ""

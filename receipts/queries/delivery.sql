@@ -4,7 +4,7 @@
 -- send, record" and "Outbox states", says what each state means.
 
 -- name: claim_ready
--- Leases up to limit ready rows in one snapshot (expired leases, then due pending rows, oldest first, SKIP LOCKED: no row is taken twice); rows past the retry cutoff or the attempt budget go to review with a skipped attempt row instead; returns both kinds.
+-- Leases up to limit ready rows in one snapshot (expired leases, then due pending rows, oldest first, SKIP LOCKED: no row is taken twice); rows past the retry cutoff or the attempt budget go to review with a skipped attempt row instead, unless the provider can be asked whether it accepted an earlier attempt that may have reached it (look_up_past_limit): those are leased for that question, with past_limit saying what they become if the answer is no; each leased row comes with its latest attempt that may have reached the provider and any delivery-webhook evidence of an accepted send; returns both kinds.
 WITH expired AS MATERIALIZED (
     -- The status is a literal so the planner can use the partial index
     -- email_outbox_leased; the same for email_outbox_ready below.
@@ -21,15 +21,33 @@ WITH expired AS MATERIALIZED (
      ORDER BY available_at
      LIMIT greatest(0, %(limit)s - (SELECT count(*) FROM expired))
        FOR UPDATE SKIP LOCKED
-), ready AS MATERIALIZED (
+), limits AS MATERIALIZED (
     -- The cutoff wins when both apply.
-    SELECT message_key,
+    SELECT message_key, attempts,
            CASE WHEN first_attempt_at <= now() - make_interval(secs => %(cutoff_seconds)s)
                 THEN 'retry_window_elapsed'
                 WHEN attempts >= %(max_attempts)s
                 THEN 'attempts_exhausted'
-           END AS review_reason
+           END AS past_limit
       FROM (SELECT * FROM expired UNION ALL SELECT * FROM due) AS locked
+), ready AS MATERIALIZED (
+    -- A row past a limit is asked about (a few attempts more at most) only if an
+    -- attempt may have reached the provider: no answer recorded, or a retry
+    -- after no reply, a 5xx or a 2xx without an id.
+    SELECT l.message_key, l.past_limit,
+           CASE WHEN l.past_limit IS NOT NULL
+                 AND NOT (%(look_up_past_limit)s
+                          AND l.attempts < %(max_attempts)s + %(lookup_attempts)s
+                          AND EXISTS (
+                              SELECT 1 FROM email_attempts AS a
+                               WHERE a.message_key = l.message_key
+                                 AND (a.outcome IS NULL OR a.outcome = 'lease_lost'
+                                      OR (a.outcome = 'retry'
+                                          AND (a.http_status IS NULL OR a.http_status >= 500
+                                               OR a.http_status BETWEEN 200 AND 299)))))
+                THEN l.past_limit
+           END AS review_reason
+      FROM limits AS l
 ), skipped AS (
     UPDATE email_outbox AS o
        SET status = 'review', review_reason = r.review_reason,
@@ -55,18 +73,36 @@ WITH expired AS MATERIALIZED (
            updated_at = now()
       FROM ready AS r
      WHERE o.message_key = r.message_key AND r.review_reason IS NULL
- RETURNING o.message_key, o.lease_token, o.attempts, o.payload, o.render_input
+ RETURNING o.message_key, o.lease_token, o.attempts, o.payload, o.render_input,
+           o.first_attempt_at, r.past_limit
 ), logged AS (
     INSERT INTO email_attempts (message_key, attempt, worker_id, lease_token)
     SELECT message_key, attempts, %(worker_id)s, lease_token FROM leased
  RETURNING id, message_key
 )
+-- The attempts read below are those before this claim: a statement does not
+-- see the rows its own INSERT adds.
 SELECT l.message_key, l.lease_token, l.attempts, l.payload::text AS payload_text,
        CASE WHEN l.payload IS NULL THEN l.render_input END AS render_input,
-       g.id AS attempt_id, NULL::text AS review_reason
+       g.id AS attempt_id, NULL::text AS review_reason, l.past_limit, l.first_attempt_at,
+       p.outcome AS prior_outcome, p.http_status AS prior_http_status,
+       p.provider_error AS prior_error,
+       extract(epoch FROM now() - p.started_at)::float8 AS prior_age_seconds,
+       (SELECT e.email_id FROM resend_events AS e
+         WHERE e.message_key = l.message_key AND e.outcome = 'evidence'
+           AND e.email_id IS NOT NULL
+         ORDER BY e.received_at LIMIT 1) AS evidence_id
   FROM leased AS l JOIN logged AS g USING (message_key)
+  LEFT JOIN LATERAL (
+      SELECT a.outcome, a.http_status, a.provider_error, a.started_at
+        FROM email_attempts AS a
+       WHERE a.message_key = l.message_key
+         AND (a.outcome IS NULL OR a.outcome IN ('retry', 'lease_lost'))
+       ORDER BY a.started_at DESC, a.id DESC
+       LIMIT 1) AS p ON true
 UNION ALL
-SELECT message_key, NULL, attempts, NULL, NULL, NULL, review_reason
+SELECT message_key, NULL, attempts, NULL, NULL, NULL, review_reason, NULL, NULL,
+       NULL, NULL, NULL, NULL, NULL
   FROM skipped
 
 -- name: freeze_rendered_payloads

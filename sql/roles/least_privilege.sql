@@ -155,6 +155,9 @@ GRANT UPDATE (finished_at, outcome, http_status, provider_error, provider_messag
 GRANT USAGE ON SEQUENCE email_attempts_id_seq TO :"worker";
 -- worker: the sending pause after a quota answer, seen by every worker process
 GRANT SELECT, INSERT, UPDATE, DELETE ON sending_pauses TO :"worker";
+-- worker: a delivery webhook about an email of a receipt the worker never
+-- recorded as sent is evidence that the provider accepted it (claim_ready)
+GRANT SELECT (message_key, outcome, email_id, received_at) ON resend_events TO :"worker";
 
 -- operator: read everything
 GRANT SELECT ON stripe_events, email_outbox, email_attempts, operator_actions, resend_events,

@@ -103,7 +103,8 @@ def failed(checks: dict[str, tuple[bool, str]]) -> dict[str, str]:
 
 EVERY_CHECK = [
     "settings", "database", "migrations", "web-role", "worker-role", "operator-role", "listen",
-    "templates", "webhook-secret", "resend-key", "sending-domain", "stripe-key", "stripe-webhook",
+    "templates", "webhook-secret", "provider", "resend-key", "sending-domain", "stripe-key",
+    "stripe-webhook",
 ]  # fmt: skip
 
 
@@ -113,6 +114,9 @@ def test_a_healthy_set_up_passes_every_check(healthy: dict[str, str], capsys: An
     assert failed(checks) == {} and code == 0
     assert list(checks) == EVERY_CHECK
     assert checks["sending-domain"][1] == "example.com is verified"
+    assert checks["provider"][1] == (
+        "resend: duplicate protection: idempotency key, kept 24 h; then its sent list is searched"
+    )
     assert "we_1Doctor https://receipts.example.com/webhooks/stripe" in checks["stripe-webhook"][1]
     assert "all 8 applied" in checks["migrations"][1]
     assert main(["doctor", "--json"], healthy) == 0

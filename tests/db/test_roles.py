@@ -89,6 +89,8 @@ SAMPLE_PARAMETERS: dict[str, Any] = {
     "lease_seconds": 60.0,
     "max_attempts": 10,
     "cutoff_seconds": 82800.0,
+    "look_up_past_limit": True,
+    "lookup_attempts": 3,
     "keys": ["platform/test/in_1Sample/invoice-paid"],
     "tokens": [UUID("00000000-0000-4000-8000-000000000001")],
     "attempt_ids": [1],

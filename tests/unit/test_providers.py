@@ -144,16 +144,15 @@ def test_answers_resend_does_not_document_are_decided_by_their_status(
     assert fake.stats()["deliveries"] == 0
 
 
-def test_a_wrong_path_or_method_names_resend_api_url(fake: FakeProviderClient) -> None:
+def test_a_wrong_path_names_resend_api_url(fake: FakeProviderClient) -> None:
     """RESEND_API_URL with a wrong path: the fake answers 404 not_found as Resend does."""
     answer = resend(fake.url + "/v1").send(KEY, payload())
     assert (answer.http_status, answer.error) == (404, "not_found")
     assert "RESEND_API_URL" in (reaction_to(answer).fix or "")
-    wrong_method = requests.get(f"{fake.url}/emails", timeout=5)
-    assert wrong_method.status_code == 405 and wrong_method.json() == {
-        "statusCode": 405,
-        "name": "method_not_allowed",
-        "message": MESSAGES["method_not_allowed"],
+    assert requests.get(f"{fake.url}/nowhere", timeout=5).json() == {
+        "statusCode": 404,
+        "name": "not_found",
+        "message": MESSAGES["not_found"],
     }
 
 
@@ -445,3 +444,35 @@ def test_file_sink_writes_addresses_as_parsed(tmp_path: Path) -> None:
     [sender] = message["From"].addresses
     assert (sender.display_name, sender.addr_spec) == ("Acme, Inc", "billing@example.com")
     assert [a.addr_spec for a in message["Reply-To"].addresses] == ["help@example.com"]
+
+
+def test_the_sent_list_is_paged_back_to_the_first_attempt(fake: FakeProviderClient) -> None:
+    """An accepted email 150 sends back is found on the second page of GET /emails;
+    one with another subject, or sent before the first attempt, is not."""
+    import time
+    from datetime import UTC, datetime, timedelta
+
+    provider = resend(fake.url)
+    since = datetime.now(UTC) - timedelta(seconds=5)
+    first = provider.send(KEY, payload())
+    for n in range(150):
+        provider.send(f"{KEY}/other-{n}", payload(subject=f"Another receipt {n}"))
+    deadline = time.monotonic() + 10
+    found = provider.look_up(KEY, payload(), since=since, deadline=deadline)
+    assert (found.provider_id, found.error) == (first.provider_id, None)
+    assert "Resend's sent list" in found.searched
+    other = provider.look_up(KEY, payload(subject="Never sent"), since=since, deadline=deadline)
+    assert (other.found, other.error) == (False, None)
+    later = provider.look_up(KEY, payload(), since=datetime.now(UTC) + timedelta(minutes=1),
+                             deadline=deadline)  # fmt: skip
+    assert later.found is False
+
+
+def test_a_key_that_may_only_send_cannot_read_the_sent_list(fake: FakeProviderClient) -> None:
+    from datetime import UTC, datetime
+
+    fake.set_domains([], restricted_keys=[API_KEY])
+    found = resend(fake.url).look_up(KEY, payload(), since=datetime.now(UTC), deadline=float("inf"))
+    assert (found.error, found.http_status, found.permanent) == (
+        "lookup_restricted_api_key", 401, True,
+    )  # fmt: skip

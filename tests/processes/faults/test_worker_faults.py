@@ -275,29 +275,8 @@ def test_worker_killed_after_acceptance_before_the_outcome_is_written(
     )
 
 
-def test_ambiguous_attempt_older_than_the_retry_cutoff_goes_to_review_unsent(
-    db: Db,
-    db_proxy: TcpProxy,
-    fake_provider: FakeProviderClient,
-    proxied_environ: dict[str, str],
-    direct_environ: dict[str, str],
-) -> None:
-    """The same crash, but nobody retried for 23 h: the provider may have
-    forgotten the key, so the row goes to review (retry_window_elapsed) with
-    no second request. Not lost (a person sees it), not doubled."""
-    [key] = insert_pending(db, 1, prefix="in_1Late")
-    worker = start_worker(proxied_environ)
-    db_proxy.on_client_bytes(RECORD_SQL, kill(worker))
-    worker.wait(timeout=30)
-    db.execute("UPDATE email_outbox SET first_attempt_at = now() - interval '23 hours 1 minute'")
-    fake_provider.advance_clock(24 * 3600 + 60)
-
-    age_leases(db)
-    run_worker(direct_environ)
-    row = db.execute("SELECT status, review_reason FROM email_outbox").fetchone()
-    assert row == {"status": "review", "review_reason": "retry_window_elapsed"}
-    assert fake_provider.stats()["requests"] == 1
-    assert_nothing_lost_nothing_doubled(db, fake_provider, [key])
+# Past the retry cutoff the same crash is looked up in Resend's sent list:
+# tests/processes/faults/test_provider_guarantees.py.
 
 
 def test_database_cut_in_the_middle_of_a_batch_nothing_half_written_batch_resumes(

@@ -1,0 +1,94 @@
+"""A frozen payload as an RFC 5322 message: what SMTP sends and the ``.eml`` sink writes.
+
+:func:`build_email` writes the stored JSON (``from``, ``to``, ``subject``,
+``text``, ``html``, ``reply_to``) as headers and a text + HTML body, with:
+
+* ``Message-ID`` derived from the message key (:func:`message_id`),
+  ``<sha256(key)[:32]@domain of the sender>``: the same on every attempt, so
+  a receiving system that sees one receipt twice can tell, and it is the id
+  the outbox stores for an SMTP send;
+* ``Date`` in UTC written ``+0000`` (RFC 5322 §3.3: ``-0000`` would say the
+  local time zone is unknown);
+* ``Auto-Submitted: auto-generated`` (RFC 3834): a receipt is sent by a
+  program, so vacation responders and list servers leave it alone.
+
+The payload carries no language field, so no ``Content-Language`` is
+written; the HTML part says its language in ``<html lang>``.
+"""
+
+from __future__ import annotations
+
+import email.policy
+import email.utils
+import hashlib
+from datetime import UTC, datetime
+from email.message import EmailMessage
+
+from receipts.addresses import AddressError, parse_mailbox
+from receipts.delivery.answers import json_object
+
+MESSAGE_KEY_HEADER = "X-Receipts-Message-Key"
+# Where a sender has no usable domain (it never has: EMAIL_FROM is checked).
+FALLBACK_DOMAIN = "receipts.invalid"
+
+
+def message_id(message_key: str, email_from: str) -> str:
+    """``<sha256(key)[:32]@domain of email_from>``, the same for every attempt of a key."""
+    digest = hashlib.sha256(message_key.encode("utf-8")).hexdigest()[:32]
+    return f"<{digest}@{sender_domain(email_from)}>"
+
+
+def sender_domain(email_from: str) -> str:
+    try:
+        address = parse_mailbox(email_from).addr_spec
+    except AddressError:
+        return FALLBACK_DOMAIN
+    domain = address.rpartition("@")[2].strip().lower()
+    return domain or FALLBACK_DOMAIN
+
+
+def build_email(
+    message_key: str,
+    payload: bytes,
+    *,
+    date: datetime | None = None,
+    extra_headers: dict[str, str] | None = None,
+) -> EmailMessage:
+    """The stored payload as an RFC 5322 message; ValueError if unusable.
+
+    Addresses are parsed by ``receipts.addresses`` and written as header
+    objects, never joined as text: one stored recipient is one written
+    recipient, or the message is refused (AddressError is a ValueError).
+    """
+    document = json_object(payload)
+    recipients = document.get("to")
+    if (
+        not isinstance(recipients, list)
+        or not recipients
+        or not all(isinstance(to, str) for to in recipients)
+    ):
+        raise ValueError("payload has no 'to' list")
+    sender = str(document.get("from", ""))
+    message = EmailMessage(policy=email.policy.SMTP)
+    message["From"] = parse_mailbox(sender)
+    message["To"] = tuple(parse_mailbox(to) for to in recipients)
+    if document.get("reply_to"):
+        message["Reply-To"] = parse_mailbox(str(document["reply_to"]))
+    message["Subject"] = str(document.get("subject", ""))
+    message["Date"] = email.utils.format_datetime(date or datetime.now(UTC))
+    message["Message-ID"] = message_id(message_key, sender)
+    message["Auto-Submitted"] = "auto-generated"
+    message[MESSAGE_KEY_HEADER] = message_key
+    for name, value in (extra_headers or {}).items():
+        message[name] = value
+    message.set_content(str(document.get("text", "")))
+    if document.get("html"):
+        message.add_alternative(str(document["html"]), subtype="html")
+    return message
+
+
+def envelope(message: EmailMessage) -> tuple[str, list[str]]:
+    """The SMTP envelope of a built message: the sender and every recipient address."""
+    sender = message["From"].addresses[0].addr_spec
+    recipients = [address.addr_spec for address in message["To"].addresses]
+    return sender, recipients

@@ -1,0 +1,179 @@
+"""Resend: ``POST /emails`` with the message key as ``Idempotency-Key``.
+
+Resend keeps an idempotency key for 24 hours (Resend API reference,
+"Idempotency keys"): a retry with the same key and body replays the first
+answer instead of sending again. Past that window the worker never retries
+on its own; a receipt whose first attempt may have been accepted is first
+looked up in Resend's list of sent emails (:meth:`ResendProvider.look_up`:
+``GET /emails``, newest first, cursor pagination with ``after``, at most 100
+per page; Resend API reference, "List Sent Emails", and the changelog entry
+"List Sent Emails Endpoint"). The list carries no tags, so an email matches
+by its recipients and its subject (which names the invoice), sent since the
+first attempt.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime
+from typing import Any
+
+import requests
+from requests.utils import check_header_validity
+
+from receipts.delivery.answers import (
+    CONNECTION_ERROR,
+    TIMEOUT,
+    ProviderAnswer,
+    classify_response,
+    json_object,
+)
+from receipts.delivery.providers.base import Guarantee, Lookup, Protection
+from receipts.delivery.providers.http_transport import JsonEndpoint
+from receipts.delivery.rules.resend import RESEND
+from receipts.environment import PROVIDER_KEY_RETENTION_HOURS
+
+# Resend's documented default rate limit: 5 requests per second per team
+# (Resend API reference, "Rate limit"). RECEIPTS_SEND_RATE defaults to it.
+RESEND_DEFAULT_RATE = 5.0
+# The sent list: the most emails per page, and the most pages one lookup reads
+# (beyond them it cannot tell, and the row goes to a person as before).
+LIST_PAGE_SIZE = 100
+LIST_MAX_PAGES = 50
+
+GUARANTEE = Guarantee(
+    protection=Protection.IDEMPOTENCY_KEY,
+    window_hours=PROVIDER_KEY_RETENTION_HOURS,
+    can_look_up=True,
+)
+
+
+class ResendProvider:
+    """``POST {api_url}/emails``; see the module docstring."""
+
+    name = "resend"
+    default_rate = RESEND_DEFAULT_RATE
+    guarantee = GUARANTEE
+    answers = RESEND
+
+    def __init__(
+        self,
+        *,
+        api_url: str,
+        api_key: str,
+        connect_timeout: float,
+        read_timeout: float,
+        pool_size: int = 8,
+    ) -> None:
+        self._api_url = api_url.rstrip("/")
+        self._endpoint = JsonEndpoint(
+            url=self._api_url + "/emails",
+            headers={"Authorization": f"Bearer {api_key}"},
+            connect_timeout=connect_timeout,
+            read_timeout=read_timeout,
+            pool_size=pool_size,
+            setting="RESEND_API_URL",
+        )
+
+    def send(self, message_key: str, payload: bytes) -> ProviderAnswer:
+        try:
+            check_header_validity(("Idempotency-Key", message_key))
+            response = self._endpoint.post(payload, {"Idempotency-Key": message_key})
+        except requests.Timeout:
+            return ProviderAnswer(error=TIMEOUT)
+        except requests.ConnectionError:
+            return ProviderAnswer(error=CONNECTION_ERROR)
+        except requests.RequestException as exc:
+            return ProviderAnswer(error=type(exc).__name__)
+        return classify_response(response.status_code, response.headers, response.content)
+
+    def look_up(
+        self, message_key: str, payload: bytes, *, since: datetime, deadline: float
+    ) -> Lookup:
+        """The id of an email Resend lists as sent since ``since`` to the payload's
+        recipients with its subject; reads pages back to ``since`` (or gives up)."""
+        document = json_object(payload)
+        wanted = _recipients(document.get("to")), str(document.get("subject", ""))
+        searched = f"Resend's sent list back to {since.isoformat(timespec='seconds')}"
+        after: str | None = None
+        for _ in range(LIST_MAX_PAGES):
+            page = self._page(after, deadline)
+            if isinstance(page, Lookup):
+                return Lookup(
+                    error=page.error,
+                    http_status=page.http_status,
+                    permanent=page.permanent,
+                    searched=searched,
+                )
+            emails, has_more = page
+            for email in emails:
+                if _matches(email, wanted, since):
+                    return Lookup(provider_id=str(email["id"]), http_status=200, searched=searched)
+            oldest = _created_at(emails[-1]) if emails else None
+            if not has_more or not emails or (oldest is not None and oldest < since):
+                return Lookup(http_status=200, searched=searched)
+            after = str(emails[-1].get("id"))
+        return Lookup(error="sent_list_too_long", permanent=True, searched=searched)
+
+    def _page(
+        self, after: str | None, deadline: float
+    ) -> tuple[list[dict[str, Any]], bool] | Lookup:
+        left = deadline - time.monotonic()
+        if left <= 0.5:
+            return Lookup(error="lookup_out_of_time")
+        params: dict[str, str | int] = {"limit": LIST_PAGE_SIZE}
+        if after:
+            params["after"] = after
+        try:
+            response = self._endpoint.get(self._api_url + "/emails", params, timeout=left)
+        except requests.Timeout:
+            return Lookup(error=f"lookup_{TIMEOUT}")
+        except requests.RequestException:
+            return Lookup(error=f"lookup_{CONNECTION_ERROR}")
+        body = json_object(response.content)
+        if response.status_code != 200:
+            name = body.get("name") if isinstance(body.get("name"), str) else None
+            return Lookup(
+                error=f"lookup_{name or f'http_{response.status_code}'}",
+                http_status=response.status_code,
+                # A key that may only send, a wrong key or URL: asking again cannot help.
+                permanent=response.status_code in (401, 403, 404, 405),
+            )
+        data = body.get("data")
+        emails = (
+            [email for email in data if isinstance(email, dict)] if isinstance(data, list) else []
+        )
+        return emails, body.get("has_more") is True
+
+    def close(self) -> None:
+        self._endpoint.close()
+
+
+def _recipients(value: Any) -> frozenset[str]:
+    if not isinstance(value, list):
+        return frozenset()
+    return frozenset(str(address).strip().lower() for address in value)
+
+
+def _matches(email: dict[str, Any], wanted: tuple[frozenset[str], str], since: datetime) -> bool:
+    recipients, subject = wanted
+    created = _created_at(email)
+    return (
+        bool(email.get("id"))
+        and _recipients(email.get("to")) == recipients
+        and str(email.get("subject", "")) == subject
+        and created is not None
+        and created >= since
+    )
+
+
+def _created_at(email: dict[str, Any]) -> datetime | None:
+    """Resend's ``created_at`` (``2023-04-03T22:13:42.674981+00:00``, or with a space)."""
+    raw = email.get("created_at")
+    if not isinstance(raw, str):
+        return None
+    try:
+        when = datetime.fromisoformat(raw.replace(" ", "T"))
+    except ValueError:
+        return None
+    return when if when.tzinfo is not None else None

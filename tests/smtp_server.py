@@ -1,0 +1,133 @@
+"""A real SMTP server for tests (aiosmtpd), which can lose the connection after DATA.
+
+``with running_smtp_server() as smtp:`` serves on a free port from a thread of
+this process; ``smtp.url`` is an ``SMTP_URL`` for it. What it received is in
+``smtp.messages`` (the parsed message and its envelope), one entry per
+message it took responsibility for. Faults, each for the next messages:
+
+* ``smtp.drop_after_data(n)``: take the message (it counts as delivered), then
+  close the connection without replying to the final ``.``: the classic
+  ambiguous send of RFC 5321 §4.1.5;
+* ``smtp.reply_to_data("451 4.3.0 try again later", n)``: refuse the message;
+* ``smtp.refuse_recipient(address, "550 5.1.1 no such user")``.
+
+With ``username``/``password`` it offers AUTH (PLAIN, LOGIN) on the plain
+connection and refuses other credentials with 535.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from email import message_from_bytes, policy
+from email.message import EmailMessage
+from typing import Any
+
+from aiosmtpd.controller import Controller
+from aiosmtpd.smtp import AuthResult, LoginPassword
+
+from tests.helpers import free_port
+
+
+@dataclass
+class Received:
+    sender: str
+    recipients: list[str]
+    message: EmailMessage
+
+    @property
+    def message_id(self) -> str:
+        return str(self.message["Message-ID"])
+
+
+@dataclass
+class _Handler:
+    messages: list[Received] = field(default_factory=list)
+    drops: int = 0
+    data_replies: list[str] = field(default_factory=list)
+    refused: dict[str, str] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    async def handle_RCPT(
+        self, server: Any, session: Any, envelope: Any, address: str, options: list[str]
+    ) -> str:
+        refusal = self.refused.get(address.lower())
+        if refusal is not None:
+            return refusal
+        envelope.rcpt_tos.append(address)
+        return "250 OK"
+
+    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
+        with self.lock:
+            if self.data_replies:
+                return self.data_replies.pop(0)
+            received = Received(
+                sender=envelope.mail_from,
+                recipients=list(envelope.rcpt_tos),
+                message=message_from_bytes(envelope.original_content, policy=policy.default),  # type: ignore[arg-type]
+            )
+            self.messages.append(received)
+            drop = self.drops > 0
+            self.drops -= 1 if drop else 0
+        if drop:
+            server.transport.abort()  # the message is taken; the reply never leaves
+        return "250 2.0.0 OK: queued"
+
+
+class SmtpServer:
+    def __init__(self, handler: _Handler, port: int, username: str | None) -> None:
+        self.handler = handler
+        self.port = port
+        self.username = username
+
+    @property
+    def messages(self) -> list[Received]:
+        with self.handler.lock:
+            return list(self.handler.messages)
+
+    def url(self, password: str | None = None) -> str:
+        login = f"{self.username}:{password}@" if self.username and password else ""
+        return f"smtp://{login}127.0.0.1:{self.port}"
+
+    def drop_after_data(self, messages: int = 1) -> None:
+        with self.handler.lock:
+            self.handler.drops += messages
+
+    def reply_to_data(self, reply: str, messages: int = 1) -> None:
+        with self.handler.lock:
+            self.handler.data_replies.extend([reply] * messages)
+
+    def refuse_recipient(self, address: str, reply: str) -> None:
+        with self.handler.lock:
+            self.handler.refused[address.lower()] = reply
+
+
+@contextmanager
+def running_smtp_server(
+    *, username: str | None = None, password: str | None = None
+) -> Iterator[SmtpServer]:
+    handler = _Handler()
+    port = free_port()
+    options: dict[str, Any] = {}
+    if username is not None:
+
+        def authenticate(
+            server: Any, session: Any, envelope: Any, mechanism: str, data: Any
+        ) -> AuthResult:
+            ok = isinstance(data, LoginPassword) and (data.login, data.password) == (
+                username.encode(),
+                (password or "").encode(),
+            )
+            return AuthResult(success=ok, handled=False)
+
+        options = {"authenticator": authenticate, "auth_require_tls": False}
+    controller = Controller(
+        handler, hostname="127.0.0.1", port=port, server_hostname="smtp.test", **options
+    )
+    controller.start()
+    try:
+        yield SmtpServer(handler, port, username)
+    finally:
+        controller.stop()

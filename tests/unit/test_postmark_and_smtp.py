@@ -1,0 +1,204 @@
+"""PostmarkProvider against the fake Postmark, SmtpProvider against a real SMTP server,
+and the RFC 5322 message both the SMTP send and the ``.eml`` sink write."""
+
+from __future__ import annotations
+
+import email
+import email.policy
+import hashlib
+import json
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+
+import pytest
+
+from receipts.delivery.providers.message import build_email, message_id
+from receipts.delivery.providers.postmark import PostmarkProvider, metadata_for, postmark_body
+from receipts.delivery.providers.smtp import SmtpProvider
+from receipts.delivery.rules.postmark import reaction_to
+from receipts.delivery.rules.smtp import reaction_to as smtp_reaction
+from receipts.environment import EnvironmentReader
+from tests.fake_postmark import FakePostmarkClient, running_fake_postmark
+from tests.smtp_server import SmtpServer, running_smtp_server
+
+KEY = "platform/test/in_1Other/invoice-paid"
+TOKEN = "server-token"
+
+
+def payload(**overrides: object) -> bytes:
+    document = {
+        "from": "Billing <billing@shop.example>",
+        "to": ["jenny.rosen@example.com"],
+        "subject": "Receipt for invoice ABC-0001",
+        "text": "Thanks for your payment.",
+        "html": "<p>Thanks for your payment.</p>",
+        "reply_to": "support@shop.example",
+    }
+    document.update(overrides)
+    return json.dumps(document).encode()
+
+
+@pytest.fixture
+def fake() -> Iterator[FakePostmarkClient]:
+    with running_fake_postmark(token=TOKEN) as client:
+        yield client
+
+
+def postmark(url: str, *, token: str = TOKEN, read_timeout: float = 2.0) -> PostmarkProvider:
+    return PostmarkProvider(
+        api_url=url, server_token=token, message_stream="outbound", retention_days=45,
+        search_lag_seconds=0.0, connect_timeout=1.0, read_timeout=read_timeout,
+    )  # fmt: skip
+
+
+def soon() -> float:
+    return time.monotonic() + 5
+
+
+def test_postmark_send_carries_the_key_as_metadata_and_is_found_by_it(
+    fake: FakePostmarkClient,
+) -> None:
+    provider = postmark(fake.url)
+    answer = provider.send(KEY, payload())
+    [delivery] = fake.deliveries()
+    assert answer.accepted and answer.provider_id == delivery["id"]
+    sent = json.loads(delivery["body"])
+    assert sent["Metadata"] == {"message_key": KEY}
+    assert sent["To"] == "jenny.rosen@example.com" and sent["ReplyTo"] == "support@shop.example"
+    assert sent["MessageStream"] == "outbound"
+    assert {"Name": "Auto-Submitted", "Value": "auto-generated"} in sent["Headers"]
+    found = provider.look_up(KEY, payload(), since=datetime.now(UTC), deadline=soon())
+    assert found.provider_id == delivery["id"]
+    other = provider.look_up(KEY + "-other", payload(), since=datetime.now(UTC), deadline=soon())
+    assert other.found is False and other.error is None
+
+
+def test_the_same_payload_makes_the_same_postmark_request_bytes() -> None:
+    assert postmark_body(KEY, payload(), "outbound") == postmark_body(KEY, payload(), "outbound")
+
+
+def test_a_key_longer_than_postmarks_metadata_limit_goes_as_its_sha256(
+    fake: FakePostmarkClient,
+) -> None:
+    long_key = "acct_1" + "x" * 30 + "/live/in_1" + "y" * 30 + "/refund-re_1" + "z" * 24
+    assert len(long_key) > 80
+    digest = hashlib.sha256(long_key.encode()).hexdigest()
+    assert metadata_for(long_key) == {"message_key_sha256": digest}
+    provider = postmark(fake.url)
+    assert provider.send(long_key, payload()).accepted
+    assert provider.look_up(long_key, payload(), since=datetime.now(UTC), deadline=soon()).found
+
+
+def test_the_search_does_not_see_a_message_before_its_lag(fake: FakePostmarkClient) -> None:
+    fake.configure(search_lag=30)
+    provider = postmark(fake.url)
+    assert provider.send(KEY, payload()).accepted
+    assert not provider.look_up(KEY, payload(), since=datetime.now(UTC), deadline=soon()).found
+    fake.advance_clock(31)
+    assert provider.look_up(KEY, payload(), since=datetime.now(UTC), deadline=soon()).found
+
+
+def test_postmark_errors_arrive_by_their_numbered_code(fake: FakePostmarkClient) -> None:
+    fake.configure(inactive=["jenny.rosen@example.com"])
+    inactive = postmark(fake.url).send(KEY, payload())
+    assert (inactive.http_status, inactive.error) == (422, "inactive_recipient")
+    refused = postmark(fake.url, token="wrong").send(KEY, payload())
+    assert (refused.http_status, refused.error) == (401, "bad_or_missing_api_token")
+    assert "POSTMARK_SERVER_TOKEN" in (reaction_to(refused).fix or "")
+    search = postmark(fake.url, token="wrong").look_up(
+        KEY, payload(), since=datetime.now(UTC), deadline=soon()
+    )
+    assert (search.error, search.permanent) == ("lookup_bad_or_missing_api_token", True)
+
+
+def test_postmarks_rate_limit_is_a_429_with_its_error_code(fake: FakePostmarkClient) -> None:
+    fake.configure(rate_limit=1, rate_window=60)
+    provider = postmark(fake.url)
+    assert provider.send(KEY, payload()).accepted
+    limited = provider.send(KEY + "-2", payload())
+    assert (limited.http_status, limited.error) == (429, "rate_limit_exceeded")
+    assert fake.stats()["rate_limited"] == 1
+
+
+def test_a_postmark_answer_later_than_the_timeout_is_a_timeout_after_acceptance(
+    fake: FakePostmarkClient,
+) -> None:
+    fake.script({"hold": 1.0})
+    answer = postmark(fake.url, read_timeout=0.3).send(KEY, payload())
+    assert answer.error == "timeout" and fake.stats()["deliveries"] == 1
+
+
+def test_a_failed_search_is_a_lookup_error(fake: FakePostmarkClient) -> None:
+    fake.script(searches=[{"status": 503}])
+    found = postmark(fake.url).look_up(KEY, payload(), since=datetime.now(UTC), deadline=soon())
+    assert (found.error, found.http_status, found.permanent) == ("lookup_http_503", 503, False)
+
+
+# --- SMTP ---------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def smtp() -> Iterator[SmtpServer]:
+    with running_smtp_server(username="receipts", password="s3cret") as server:
+        yield server
+
+
+def smtp_provider(url: str) -> SmtpProvider:
+    target = EnvironmentReader({"SMTP_URL": url}).smtp_target("SMTP_URL")
+    assert target is not None
+    return SmtpProvider(target, connect_timeout=1.0, read_timeout=2.0)
+
+
+def test_smtp_logs_in_and_sends_with_the_message_id_from_the_key(smtp: SmtpServer) -> None:
+    answer = smtp_provider(smtp.url("s3cret")).send(KEY, payload())
+    [received] = smtp.messages
+    assert answer.accepted and answer.provider_id == received.message_id
+    assert received.message_id == message_id(KEY, "billing@shop.example")
+    assert (received.sender, received.recipients) == (
+        "billing@shop.example", ["jenny.rosen@example.com"]
+    )  # fmt: skip
+    assert smtp_reaction(answer).reaction == "sent"
+
+
+def test_smtp_wrong_password_is_a_configuration_error_naming_smtp_url(smtp: SmtpServer) -> None:
+    answer = smtp_provider(smtp.url("wrong")).send(KEY, payload())
+    assert (answer.error, answer.reply_code) == ("smtp_auth_failed", 535)
+    assert "SMTP_URL" in (smtp_reaction(answer).fix or "")
+    assert smtp.messages == []
+
+
+def test_starttls_that_the_server_does_not_offer_is_a_configuration_error(
+    smtp: SmtpServer,
+) -> None:
+    answer = smtp_provider(smtp.url("s3cret") + "?starttls=true").send(KEY, payload())
+    assert answer.error == "smtp_starttls_not_offered"
+
+
+def test_a_connection_lost_after_the_message_is_ambiguous_and_one_message_arrived(
+    smtp: SmtpServer,
+) -> None:
+    smtp.drop_after_data()
+    answer = smtp_provider(smtp.url("s3cret")).send(KEY, payload())
+    assert answer.error == "ambiguous_smtp_send" and len(smtp.messages) == 1
+
+
+def test_no_server_is_a_retry_nothing_sent() -> None:
+    answer = smtp_provider("smtp://127.0.0.1:9").send(KEY, payload())
+    assert answer.error == "connection_error" and smtp_reaction(answer).reaction == "retry"
+
+
+# --- the message itself ---------------------------------------------------------------------
+
+
+def test_the_message_has_a_utc_date_a_stable_message_id_and_auto_submitted() -> None:
+    when = datetime(2026, 11, 30, 21, 30, 5, tzinfo=UTC)
+    raw = build_email(KEY, payload(), date=when).as_bytes(policy=email.policy.SMTP)
+    parsed = email.message_from_bytes(raw, policy=email.policy.default)
+    assert parsed["Date"] == "Mon, 30 Nov 2026 21:30:05 +0000"
+    digest = hashlib.sha256(KEY.encode()).hexdigest()[:32]
+    assert parsed["Message-ID"] == f"<{digest}@shop.example>"
+    assert build_email(KEY, payload())["Message-ID"] == parsed["Message-ID"]
+    assert parsed["Auto-Submitted"] == "auto-generated"
+    assert parsed["Reply-To"] == "support@shop.example"
+    assert "Content-Language" not in parsed  # the payload does not say its language

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from receipts.config import ConfigError, load_settings
-from receipts.delivery.providers import build_email
+from receipts.delivery.providers.message import build_email
 from receipts.receipt.catalogs import parse_locale
 from receipts.receipt.derivation import Ignored, UnsendableReceipt, derive_receipt
 from receipts.receipt.event import MalformedEvent, parse_event

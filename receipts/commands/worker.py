@@ -30,7 +30,7 @@ from types import FrameType
 from receipts.commands import database_settings
 from receipts.db import Database
 from receipts.delivery.configured import provider_from_settings
-from receipts.delivery.providers import Provider
+from receipts.delivery.providers.base import Provider
 from receipts.delivery.sending_pause import clear_pause
 from receipts.delivery.summary import ExitCode
 from receipts.delivery.worker import DEFAULT_CONCURRENCY, DEFAULT_POLL_SECONDS, run_worker

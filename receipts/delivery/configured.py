@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 from receipts.config import ConfigError, Settings
-from receipts.delivery.providers import (
-    FileSinkProvider,
-    PostmarkProvider,
-    Provider,
-    ResendProvider,
-    SmtpProvider,
-)
+from receipts.delivery.providers.base import Provider
+from receipts.delivery.providers.file_sink import FileSinkProvider
+from receipts.delivery.providers.postmark import PostmarkProvider
+from receipts.delivery.providers.resend import ResendProvider
+from receipts.delivery.providers.smtp import SmtpProvider
 
 
 def provider_from_settings(settings: Settings, *, concurrency: int) -> Provider:

@@ -32,12 +32,9 @@ from receipts.config import Settings
 from receipts.delivery.answers import ProviderAnswer
 from receipts.delivery.pacing import retry_delay
 from receipts.delivery.rules import AnswerTable, Reaction, Rule
-from receipts.delivery.rules.resend import RESEND, RESEND_ERRORS, reaction_to
+from receipts.delivery.rules.resend import RESEND
 from receipts.delivery.summary import ExitCode
 from receipts.vocabulary import AttemptOutcome, PauseReason, ReviewReason, RowStatus
-
-# Resend's table, where the whole table used to live, for callers that name it.
-__all__ = ["RESEND_ERRORS", "AnswerTable", "Reaction", "Rule", "decide", "reaction_to"]
 
 # A 429 without any header telling us how long to wait pauses sends this long.
 DEFAULT_RATE_LIMIT_PAUSE = 1.0

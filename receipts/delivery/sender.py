@@ -25,7 +25,7 @@ from receipts.config import Settings
 from receipts.delivery import claims, lookups
 from receipts.delivery.decisions import RELEASED, AttemptResult, Decision, decide
 from receipts.delivery.pacing import RateLimiter
-from receipts.delivery.providers import Provider
+from receipts.delivery.providers.base import Provider
 from receipts.delivery.recorder import Recorder
 from receipts.delivery.sending_pause import PauseGate, describe_reason
 from receipts.delivery.summary import ExitCode, WorkerSummary

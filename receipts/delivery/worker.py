@@ -39,7 +39,7 @@ from receipts.delivery.configured import send_rate
 from receipts.delivery.first_render import payload_renderer
 from receipts.delivery.listener import start_listener
 from receipts.delivery.pacing import RateLimiter
-from receipts.delivery.providers import Provider
+from receipts.delivery.providers.base import Provider
 from receipts.delivery.recorder import RECORDER_THREADS, Recorder
 from receipts.delivery.rows_in_hand import RowsInHand, claim_sizing
 from receipts.delivery.sender import Sender

@@ -26,7 +26,8 @@ import pytest
 from receipts.config import Settings, load_settings
 from receipts.db import Database
 from receipts.delivery.configured import provider_from_settings
-from receipts.delivery.decisions import RESEND_ERRORS, Reaction, Rule
+from receipts.delivery.rules import Reaction, Rule
+from receipts.delivery.rules.resend import RESEND_ERRORS
 from receipts.delivery.sending_pause import clear_pause
 from receipts.delivery.summary import ExitCode, WorkerSummary
 from receipts.delivery.worker import run_worker

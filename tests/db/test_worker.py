@@ -23,7 +23,7 @@ from flask.testing import FlaskClient
 from receipts import queries
 from receipts.config import Settings, load_settings
 from receipts.delivery.configured import provider_from_settings
-from receipts.delivery.providers import ResendProvider
+from receipts.delivery.providers.resend import ResendProvider
 from receipts.delivery.summary import WorkerSummary
 from receipts.delivery.worker import run_worker
 from tests import stripe_events

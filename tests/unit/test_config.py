@@ -30,7 +30,8 @@ def test_defaults_follow_the_design() -> None:
 def test_the_send_rate_defaults_to_resends_documented_team_rate() -> None:
     """Unset: Resend's 5 requests/s (the .eml sink: no cap); 0 still means no cap."""
     from receipts.delivery.configured import send_rate
-    from receipts.delivery.providers import FileSinkProvider, ResendProvider
+    from receipts.delivery.providers.file_sink import FileSinkProvider
+    from receipts.delivery.providers.resend import ResendProvider
 
     resend = ResendProvider(api_url="https://api.resend.com", api_key="re_x",
                             connect_timeout=1, read_timeout=1)  # fmt: skip

@@ -28,11 +28,11 @@ from receipts.delivery.decisions import (
     DEFAULT_RATE_LIMIT_PAUSE,
     QUOTA_PAUSE_MAX_SECONDS,
     RELEASED,
-    RESEND_ERRORS,
     Decision,
     decide,
     retry_delay,
 )
+from receipts.delivery.rules.resend import RESEND_ERRORS
 from receipts.vocabulary import AttemptOutcome, PauseReason, ReviewReason, RowStatus
 
 SETTINGS = Settings(retry_base_seconds=15.0, retry_max_seconds=3600.0)

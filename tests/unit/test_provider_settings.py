@@ -10,7 +10,8 @@ import pytest
 
 from receipts.config import ConfigError, load_settings
 from receipts.delivery.configured import provider_from_settings
-from receipts.delivery.providers import PostmarkProvider, SmtpProvider
+from receipts.delivery.providers.postmark import PostmarkProvider
+from receipts.delivery.providers.smtp import SmtpProvider
 from receipts.operations.provider_checks import mail_provider_checks
 from tests.fake_postmark import FakePostmarkClient, running_fake_postmark
 from tests.smtp_server import SmtpServer, running_smtp_server

@@ -20,8 +20,10 @@ import pytest
 import requests
 
 from receipts.delivery.answers import ProviderAnswer, classify_response
-from receipts.delivery.decisions import RESEND_ERRORS, Reaction, reaction_to
-from receipts.delivery.providers import FileSinkProvider, ResendProvider
+from receipts.delivery.providers.file_sink import FileSinkProvider
+from receipts.delivery.providers.resend import ResendProvider
+from receipts.delivery.rules import Reaction
+from receipts.delivery.rules.resend import RESEND_ERRORS, reaction_to
 from tests.fake_provider import MESSAGES, FakeProviderClient, running_fake_provider
 
 API_KEY = "re_test_key"

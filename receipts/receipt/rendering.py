@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from email.utils import parseaddr
-from functools import lru_cache
+from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -219,17 +219,12 @@ class Renderer:
         return format_date(datetime.fromtimestamp(paid_at, tz=self.timezone), "long", locale=locale)
 
     def _compile(self) -> dict[str, Template]:
-        env = environment(self._template_dir)
-        self._autoescape = env.autoescape if callable(env.autoescape) else lambda _: env.autoescape
-        compiled = {}
-        for name in TEMPLATE_NAMES:
-            path = f"{TEMPLATE_FOLDER}/{name}"
-            try:
-                compiled[name] = env.get_template(path)
-            except TemplateSyntaxError as error:
-                raise self._error(path, error.lineno, error.message or "syntax error") from None
-            except (TemplateError, UnicodeDecodeError, OSError) as error:
-                raise self._error(path, None, str(error)) from None
+        if self._template_dir is None:
+            # The packaged templates change only with a deploy, which restarts
+            # the process: every renderer of the process shares one compilation.
+            compiled, self._autoescape = _packaged_templates()
+            return compiled
+        compiled, self._autoescape = _compiled(self._template_dir, self._error)
         return compiled
 
     def _try_every_template(self) -> None:
@@ -251,6 +246,37 @@ class Renderer:
         variable = "RECEIPTS_TEMPLATE_DIR" if overridden else _PACKAGED
         where = f"{path} line {line}" if line else path
         return ConfigError(variable, f"{where}: {' '.join(problem.split())}")
+
+
+Autoescape = Callable[[str | None], bool]
+
+
+def _compiled(
+    template_dir: Path | None, error: Callable[[str, int | None, str], ConfigError]
+) -> tuple[dict[str, Template], Autoescape]:
+    """Every template compiled; ``error`` makes the ConfigError for one that cannot be."""
+    env = environment(template_dir)
+    autoescape = env.autoescape
+    escapes: Autoescape = autoescape if callable(autoescape) else lambda _: bool(autoescape)
+    compiled = {}
+    for name in TEMPLATE_NAMES:
+        path = f"{TEMPLATE_FOLDER}/{name}"
+        try:
+            compiled[name] = env.get_template(path)
+        except TemplateSyntaxError as problem:
+            raise error(path, problem.lineno, problem.message or "syntax error") from None
+        except (TemplateError, UnicodeDecodeError, OSError) as problem:
+            raise error(path, None, str(problem)) from None
+    return compiled, escapes
+
+
+@cache
+def _packaged_templates() -> tuple[dict[str, Template], Autoescape]:
+    def packaged_error(path: str, line: int | None, problem: str) -> ConfigError:
+        where = f"{path} line {line}" if line else path
+        return ConfigError(_PACKAGED, f"{where}: {' '.join(problem.split())}")
+
+    return _compiled(None, packaged_error)
 
 
 @lru_cache(maxsize=64)

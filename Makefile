@@ -3,7 +3,7 @@
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: venv check lint types contracts unit test db processes
+.PHONY: venv check lint types contracts unit test db processes screenshots
 
 venv:
 	python3 -m venv $(VENV) && $(BIN)/pip install -e '.[test]'
@@ -33,3 +33,10 @@ processes:
 # The README's test command: every tier of the default suite.
 test:
 	$(BIN)/pytest
+
+# Receipts photographed in headless Chromium at 390 and 800 px, to look at
+# before a template change lands (needs /usr/bin/chromium). SCREENSHOTS is
+# outside the repository by default.
+SCREENSHOTS ?= $(or $(TMPDIR),/tmp)/receipts-screenshots
+screenshots:
+	$(BIN)/python -m tests.screenshots $(SCREENSHOTS)

@@ -53,6 +53,10 @@ class Settings:
     provider_timeout: float = 10.0
     provider_connect_timeout: float = 5.0
     send_zero_value: bool = False
+    # Who the receipt is from when the invoice has no account_name, and where to ask.
+    merchant_name: str | None = None
+    support_email: str | None = None
+    support_url: str | None = None
     template_dir: Path | None = None
     locale: str = "en_US"
     timezone: str = "UTC"
@@ -151,6 +155,9 @@ def load_settings(environ: Mapping[str, str], *, required: Iterable[str] = ()) -
             "RECEIPTS_PROVIDER_CONNECT_TIMEOUT", 5.0, minimum=0.1, maximum=30.0
         ),
         send_zero_value=reader.flag("RECEIPTS_SEND_ZERO_VALUE", False),
+        merchant_name=reader.display_name("RECEIPTS_MERCHANT_NAME"),
+        support_email=reader.bare_address("RECEIPTS_SUPPORT_EMAIL"),
+        support_url=reader.public_url("RECEIPTS_SUPPORT_URL"),
         template_dir=reader.directory("RECEIPTS_TEMPLATE_DIR"),
         locale=reader.locale("RECEIPTS_LOCALE", "en_US"),
         timezone=reader.timezone("RECEIPTS_TIMEZONE", "UTC"),

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from receipts.addresses import AddressError, formatted_mailbox
+from receipts.addresses import AddressError, formatted_mailbox, is_email_address
 
 # Resend remembers an idempotency key for 24 hours; a cutoff at or past that
 # could retry a send the provider has forgotten, which is the one duplicate
@@ -16,6 +16,9 @@ from receipts.addresses import AddressError, formatted_mailbox
 PROVIDER_KEY_RETENTION_HOURS = 24.0
 
 _STRIPE_KEY_PREFIXES = ("rk_live_", "rk_test_", "sk_live_", "sk_test_")
+# What a receipt may print as the merchant's name or a link: one line, no controls.
+_DISPLAY_TEXT = re.compile(r"[^\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]{1,100}")
+_URL_TEXT = re.compile(r"[!-~]{1,2048}")
 # Resend's keys: "re_" and letters, digits, "_" (e.g. re_123456789); any other
 # printable ASCII character but quotes and the backslash is let through.
 _RESEND_KEY = re.compile(r"re_[!#-&(-\[\]-~]{1,500}")
@@ -162,6 +165,40 @@ class EnvironmentReader:
             raise ConfigError(
                 name, f"{problem}; expected 'a@b.example' or 'Name <a@b.example>'"
             ) from None
+
+    def display_name(self, name: str) -> str | None:
+        """A name a receipt shows as written: one line of at most 100 characters."""
+        value = self.text(name)
+        if value is not None and not _DISPLAY_TEXT.fullmatch(value):
+            raise ConfigError(
+                name, "must be one line of at most 100 characters, without control characters"
+            )
+        return value
+
+    def bare_address(self, name: str) -> str | None:
+        """One address without a display name (``help@shop.example``), as a receipt prints it."""
+        value = self.text(name)
+        if value is not None and not is_email_address(value):
+            raise ConfigError(
+                name, f"must be an email address like help@shop.example, got {value!r}"
+            )
+        return value
+
+    def public_url(self, name: str) -> str | None:
+        """An https:// link a customer can open: printable ASCII, a host, no user info."""
+        value = self.text(name)
+        if value is None:
+            return None
+        parts = urlsplit(value) if _URL_TEXT.fullmatch(value) else None
+        if (
+            parts is None
+            or parts.scheme != "https"
+            or not parts.hostname
+            or parts.username is not None
+            or "\\" in value
+        ):
+            raise ConfigError(name, "must be an https:// link (printable ASCII, no spaces)")
+        return value
 
     def http_url(self, name: str, default: str) -> str:
         value = self.text(name) or default

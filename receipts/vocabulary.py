@@ -73,6 +73,8 @@ class ReviewReason(StrEnum):
     INVALID_INVOICE_AMOUNTS = "invalid_invoice_amounts"
     # written by the worker, before or after a send
     RENDER_FAILED = "render_failed"  # the templates raised on this receipt at its first claim
+    # its rows would not add up to Stripe's total or amount paid (the numbers in last_error)
+    RECEIPT_DOES_NOT_ADD_UP = "receipt_does_not_add_up"
     RETRY_WINDOW_ELAPSED = "retry_window_elapsed"
     ATTEMPTS_EXHAUSTED = "attempts_exhausted"
     PROVIDER_REJECTED = "provider_rejected"

@@ -45,10 +45,10 @@ def renderer(locale: str = "en_US", timezone: str = "UTC") -> Renderer:
     return Renderer(locale=locale, timezone=timezone)
 
 
-def derive(event: dict[str, Any], **options: Any) -> Decision:
+def derive(event: dict[str, Any], from_address: str = FROM, **options: Any) -> Decision:
     """What ingest would decide for ``event``; zero-value invoices are sent too."""
     options.setdefault("send_zero_value", True)
-    return derive_receipt(parse_event(event), email_from=FROM, **options)
+    return derive_receipt(parse_event(event), email_from=from_address, **options)
 
 
 def job(event: dict[str, Any], **options: Any) -> ReceiptJob:

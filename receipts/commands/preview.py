@@ -1,11 +1,16 @@
 """``receipts preview EVENT.json``: the receipt an event would become, with no database.
 
 It reads a saved ``invoice.paid`` event (as ``stripe events retrieve`` or the
-Dashboard shows it; ``-`` for stdin), renders it with the configured templates
+Dashboard shows it; ``-`` for stdin), or a paid invoice on its own (as
+``stripe invoices retrieve`` prints it), renders it with the configured templates
 (``RECEIPTS_TEMPLATE_DIR``), locale and time zone, and prints the text part,
 the HTML part, or the whole message as an ``.eml`` file. No signature is
 checked and nothing is stored, so a template change can be checked before a
-deploy. An event that would not become an email exits 1 and says why.
+deploy. It decides as the service does (``RECEIPTS_SEND_ZERO_VALUE``
+included): an event the service would not send a receipt for exits 1 and
+says why, and so does one whose receipt would go to review at its first
+claim (``receipt_does_not_add_up``, with the numbers). A thin event
+notification carries no invoice; preview says what to save instead.
 """
 
 from __future__ import annotations
@@ -22,12 +27,45 @@ from receipts.delivery.providers.message import build_email
 from receipts.receipt.catalogs import parse_locale
 from receipts.receipt.derivation import Ignored, UnsendableReceipt, derive_receipt
 from receipts.receipt.event import MalformedEvent, parse_event
+from receipts.receipt.invoice_values import UnusableInvoice
 from receipts.receipt.payload import render_payload
 from receipts.receipt.rendering import Renderer
 
 FORMATS = ("text", "html", "eml")
 PREVIEW_FROM = "Receipts preview <receipts-preview@example.com>"
 MAX_EVENT_BYTES = 16 * 1024 * 1024
+THIN_EVENT = "v2.core.event"
+# An invoice on its own (`stripe invoices retrieve in_…`) is previewed as if paid.
+INVOICE_EVENT_ID = "evt_preview_of_an_invoice"
+
+
+def _thin_event_needs(event: dict[str, Any]) -> str:
+    related = event.get("related_object")
+    invoice_id = related.get("id") if isinstance(related, dict) else None
+    target = invoice_id if isinstance(invoice_id, str) else "in_…"
+    return (
+        "a thin event notification (v2.core.event) carries no invoice; save the invoice it "
+        f"names and preview that: `stripe invoices retrieve {target} > invoice.json`, then "
+        "`receipts preview invoice.json`"
+    )
+
+
+def _as_event(document: Any) -> Any:
+    """The event to preview: the document itself, or an invoice wrapped as ``invoice.paid``."""
+    if not isinstance(document, dict):
+        return document
+    if document.get("object") == THIN_EVENT:
+        raise MalformedEvent(_thin_event_needs(document))
+    if document.get("object") != "invoice":
+        return document
+    return {
+        "id": INVOICE_EVENT_ID,
+        "object": "event",
+        "type": "invoice.paid",
+        "livemode": document.get("livemode") is True,
+        "created": document.get("created"),
+        "data": {"object": document},
+    }
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -49,28 +87,37 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
             raise ConfigError("--locale", f"unknown locale {args.locale!r}")
         locale = args.locale
     renderer = Renderer(
-        locale=locale, template_dir=settings.template_dir, timezone=settings.timezone
+        locale=locale,
+        template_dir=settings.template_dir,
+        timezone=settings.timezone,
+        merchant_name=settings.merchant_name,
+        support_email=settings.support_email,
+        support_url=settings.support_url,
     )
     try:
-        header = parse_event(_read_event(args.event))
         decision = derive_receipt(
-            header,
+            parse_event(_as_event(_read_event(args.event))),
             email_from=settings.email_from or PREVIEW_FROM,
             reply_to=settings.reply_to,
-            send_zero_value=True,
+            send_zero_value=settings.send_zero_value,
         )
     except (OSError, ValueError, MalformedEvent) as error:
-        print(f"receipts preview: {error}", file=sys.stderr)
-        return 1
+        return _refuse(str(error))
     if isinstance(decision, Ignored):
-        print(f"receipts preview: no receipt: {decision.reason}", file=sys.stderr)
-        return 1
+        return _refuse(f"no receipt: {decision.reason}")
     if isinstance(decision, UnsendableReceipt):
-        print(f"receipts preview: needs review: {decision.reason}", file=sys.stderr)
-        return 1
-    payload = render_payload(decision.message_key, decision.render_input, renderer)
+        return _refuse(f"needs review: {decision.reason}")
+    try:
+        payload = render_payload(decision.message_key, decision.render_input, renderer)
+    except UnusableInvoice as unusable:  # what the worker's first claim would send to review
+        return _refuse(f"needs review: {unusable}")
     sys.stdout.write(_output(args.format, decision.message_key, payload))
     return 0
+
+
+def _refuse(why: str) -> int:
+    print(f"receipts preview: {why}", file=sys.stderr)
+    return 1
 
 
 def _read_event(name: str) -> Any:

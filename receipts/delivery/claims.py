@@ -148,7 +148,8 @@ def _render_first_claims(
         try:
             rendered.append((row, render(row["message_key"], row["render_input"])))
         except UnusableInvoice as unusable:
-            failed.append((row, ReviewReason(unusable.reason), type(unusable).__name__))
+            why = unusable.detail or type(unusable).__name__
+            failed.append((row, ReviewReason(unusable.reason), why))
         except Exception as error:  # a template may raise anything
             failed.append((row, ReviewReason.RENDER_FAILED, type(error).__name__))
     if rendered:
@@ -186,7 +187,8 @@ def _review_unrenderable(
     conn: Connection, failed: list[tuple[dict[str, Any], ReviewReason, str]]
 ) -> None:
     for row, reason, error in failed:
-        # The error's type only: its message may quote customer data.
+        # The error's type, or an unusable invoice's own detail (numbers only):
+        # an exception's message may quote customer data.
         log_fields(
             log,
             "receipt cannot be rendered",

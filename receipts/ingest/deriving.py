@@ -16,7 +16,7 @@ from dataclasses import replace
 
 from receipts.config import Settings
 from receipts.receipt.api_facts import ApiFacts
-from receipts.receipt.derivation import Decision, derive_receipt
+from receipts.receipt.derivation import Decision, derive_receipt, is_zero_value
 from receipts.receipt.event import EventHeader
 from receipts.stripe_api.client import Scope, StripeApi
 from receipts.stripe_api.facts import enrich
@@ -70,4 +70,4 @@ class ReceiptDeriver:
         invoice = header.data_object
         if header.event_type != "invoice.paid" or invoice.get("status") != "paid":
             return False
-        return self.settings.send_zero_value or invoice.get("amount_paid") != 0
+        return self.settings.send_zero_value or not is_zero_value(invoice)

@@ -234,7 +234,7 @@ def templates_check(settings: Settings) -> Check:
 
     where = str(settings.template_dir) if settings.template_dir else "the packaged templates"
     try:
-        renderer = Renderer(locale=settings.locale, template_dir=settings.template_dir)
+        renderer = Renderer.from_settings(settings)
         header = parse_event(json.loads(json.dumps(SAMPLE_EVENT)))
         decision = derive_receipt(header, email_from=settings.email_from or "")
         if not isinstance(decision, ReceiptJob):

@@ -35,8 +35,8 @@ _PROVIDER_ID = re.compile(
 
 # Why an event made no receipt, in the words support needs.
 IGNORED_BECAUSE = {
-    "zero_value": "the invoice was paid with a zero amount; such invoices get no receipt "
-    "unless RECEIPTS_SEND_ZERO_VALUE=true",
+    "zero_value": "the invoice's total is zero (a trial, a 100% coupon); such invoices get "
+    "no receipt unless RECEIPTS_SEND_ZERO_VALUE=true",
     "event_type_not_handled": "only invoice.paid events make receipts",
     "invoice_not_paid": "the invoice in the event was not in status paid",
 }

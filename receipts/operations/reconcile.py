@@ -22,6 +22,7 @@ from receipts.ingest.deriving import ReceiptDeriver
 from receipts.ingest.store import IngestResult
 from receipts.message_keys import InvalidMessageKey, message_key
 from receipts.operations.stripe_sync import Progress, ingest_recorded, scopes, wake_workers
+from receipts.receipt.derivation import is_zero_value
 from receipts.receipt.event import EventHeader, MalformedEvent
 from receipts.stripe_api.client import ApiError, Scope
 
@@ -120,10 +121,9 @@ class Reconcile:
             after = str(page.items[-1]["id"])
 
     def _expects_receipt(self, invoice: dict[str, Any]) -> bool:
-        amount = invoice.get("amount_paid")
-        if not isinstance(invoice.get("id"), str) or not isinstance(amount, int):
+        if not isinstance(invoice.get("id"), str):
             return False
-        return amount > 0 or self._deriver.settings.send_zero_value
+        return self._deriver.settings.send_zero_value or not is_zero_value(invoice)
 
     def _key(self, scope: Scope, invoice: dict[str, Any]) -> str:
         try:

@@ -1,6 +1,7 @@
 """Facts about an invoice that only Stripe's API has, for a richer receipt.
 
-An ``invoice.paid`` payload carries neither the payment method nor the
+An ``invoice.paid`` payload seldom carries the payment method (only an id,
+unless the sender expanded it), never the charge's receipt number nor the
 customer's preferred languages. When a Stripe API key is configured, ingest
 looks them up and passes them to :func:`receipts.receipt.derivation.derive_receipt`;
 without a key, or when a look-up fails, the receipt is made without them.
@@ -22,10 +23,19 @@ class PaymentMethod:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Payment:
+    """A payment of the invoice: how it was made, and the receipt number Stripe gave it."""
+
+    method: PaymentMethod | None = None
+    receipt_number: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class ApiFacts:
     """What the API added; every field may be missing."""
 
     payment_method: PaymentMethod | None = None
+    receipt_number: str | None = None  # the charge's, once Stripe has sent its own receipt
     preferred_locales: tuple[str, ...] = ()
     # Every line of the invoice when the payload's list was truncated. Shown on
     # the receipt, kept out of the fingerprint: a look-up that succeeds on one
@@ -42,6 +52,7 @@ def api_facts_document(facts: ApiFacts | None) -> dict[str, Any] | None:
         "payment_method": None
         if method is None
         else {"kind": method.kind, "brand": method.brand, "last4": method.last4},
+        "receipt_number": facts.receipt_number,
         "preferred_locales": list(facts.preferred_locales),
         "all_lines": list(facts.all_lines) if facts.all_lines else None,
     }
@@ -54,6 +65,7 @@ def api_facts_from_document(document: dict[str, Any] | None) -> ApiFacts:
     method = document.get("payment_method")
     return ApiFacts(
         payment_method=None if method is None else PaymentMethod(**method),
+        receipt_number=document.get("receipt_number"),
         preferred_locales=tuple(document.get("preferred_locales") or ()),
         all_lines=tuple(document["all_lines"]) if document.get("all_lines") else None,
     )

@@ -3,7 +3,8 @@
 :func:`derive_receipt` looks only at the event and the settings and returns
 what ingest must store:
 
-* :class:`Ignored`: not a paid invoice we send for (other types, zero value);
+* :class:`Ignored`: not a paid invoice we send for (other types, zero value:
+  see :func:`is_zero_value`);
 * :class:`ReceiptJob`: the message key, its fingerprint, and what the email is
   rendered from (``render_input``); the worker renders it once, at the row's
   first claim (:func:`receipts.receipt.payload.render_payload`);
@@ -59,6 +60,22 @@ class UnsendableReceipt:
 Decision = Ignored | ReceiptJob | UnsendableReceipt
 
 
+def is_zero_value(invoice: dict[str, Any]) -> bool:
+    """Whether the invoice asked for nothing: a zero (or negative) ``total``.
+
+    Trials and 100 % coupons. Not a zero ``amount_paid``: an invoice paid
+    entirely from the customer's credit balance, or marked as paid outside
+    Stripe, is a purchase, and its customer gets a receipt. Payloads without
+    a total fall back on the amount paid.
+    """
+    total = invoice.get("total")
+    if is_amount(total):
+        assert isinstance(total, int)
+        return total <= 0
+    paid = invoice.get("amount_paid")
+    return is_amount(paid) and paid == 0
+
+
 def derive_receipt(
     header: EventHeader,
     *,
@@ -89,8 +106,7 @@ def derive_receipt(
     except InvalidMessageKey as too_long:
         raise MalformedEvent(str(too_long)) from None
 
-    amount = invoice.get("amount_paid")
-    if amount == 0 and is_amount(amount) and not send_zero_value:
+    if is_zero_value(invoice) and not send_zero_value:
         return Ignored(reason="zero_value")
 
     meaning = fingerprint(semantic_facts(invoice_id, invoice))

@@ -1,11 +1,11 @@
 """A paid invoice, as any Stripe API version in use sends it, read into what a receipt shows.
 
 One reading for every API version from 2019 to 2026-03-25.dahlia: line items
-(``quantity`` or ``quantity_decimal``; the proration flag on the line before
-2025-03-31.basil or under ``parent.*_details`` from then on), discounts
-(``total_discount_amounts``, or the single ``discount`` of older versions),
-taxes (``total_taxes`` since basil, ``total_tax_amounts`` before it, the bare
-``tax`` before tax rates), the customer's credit balance, shipping and links.
+(:mod:`receipts.receipt.invoice_lines`), discounts (``total_discount_amounts``,
+or the single ``discount`` of older versions), taxes (``total_taxes`` since
+basil, ``total_tax_amounts`` before it, the bare ``tax`` before tax rates),
+the customer's balance before and after, shipping, links, and what the
+invoice says about itself (:mod:`receipts.receipt.invoice_details`).
 
 What cannot become an email (no usable address, a link not on Stripe's hosts,
 an amount Stripe cannot have sent) raises :class:`UnusableInvoice` with the
@@ -16,11 +16,15 @@ out of the receipt; a present but impossible amount sends the invoice to review.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
+from dataclasses import dataclass, field
 from typing import Any
 
 from receipts.addresses import is_email_address
+from receipts.receipt.api_facts import Payment
+from receipts.receipt.invoice_details import NO_DETAILS, InvoiceDetails, read_details
+from receipts.receipt.invoice_lines import MAX_LINES_SHOWN as MAX_LINES_SHOWN
+from receipts.receipt.invoice_lines import LineItem as LineItem
+from receipts.receipt.invoice_lines import read_lines
 from receipts.receipt.invoice_totals import Discount, Tax, read_discounts, read_taxes
 from receipts.receipt.invoice_values import (
     INVALID_AMOUNT_PAID,
@@ -29,32 +33,18 @@ from receipts.receipt.invoice_values import (
     INVALID_HOSTED_INVOICE_URL,
     MISSING_CUSTOMER_EMAIL,
     UnusableInvoice,
-    dicts,
-    is_count,
     is_timestamp,
     optional_amount,
-    required_amount,
 )
 from receipts.receipt.money import is_amount
+from receipts.receipt.payment_methods import paid_with_in_payload
 from receipts.receipt.untrusted import is_stripe_hosted_url, one_line
 
 # Stripe's hosted invoice page; invoices from 2019-2020 link to pay.stripe.com.
 HOSTED_INVOICE_HOSTS = ("invoice.stripe.com", "pay.stripe.com")
 PDF_HOSTS = ("pay.stripe.com", "invoice.stripe.com", "files.stripe.com")
-# A receipt lists this many lines at most, then "and N more on the invoice".
-MAX_LINES_SHOWN = 50
-MAX_QUANTITY = Decimal(10**12)
 
 _CURRENCY = re.compile(r"[a-z]{3}")
-
-
-@dataclass(frozen=True, kw_only=True)
-class LineItem:
-    description: str | None
-    quantity: Decimal | None  # None when it is 1 or not given
-    amount: int  # negative for a credit (an unused-time proration)
-    proration: bool
-    period: tuple[int, int] | None  # unix seconds, when the line covers a span
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -72,8 +62,8 @@ class ReceiptFacts:
     lines: tuple[LineItem, ...]
     more_lines: int | None  # lines on the invoice not listed, when the count is known
     lines_truncated: bool  # some lines are not listed
-    subtotal: int | None
-    discounts: tuple[Discount, ...]
+    subtotal: int | None  # Stripe's: line-item discounts already taken off
+    discounts: tuple[Discount, ...]  # every discount, those on single items included
     taxes: tuple[Tax, ...]
     shipping: int | None
     total: int | None
@@ -84,6 +74,12 @@ class ReceiptFacts:
     paid_at: int | None  # unix seconds
     hosted_invoice_url: str
     invoice_pdf: str | None
+    lines_listed: bool = True  # the payload carries a line list at all
+    credit_added: int = 0  # a negative total, added to the customer's credit balance
+    carried_forward: int = 0  # left on the customer's balance for the next invoice
+    payment: Payment = field(default_factory=Payment)  # as far as the payload says
+    receipt_number: str | None = None  # the invoice's own, when Stripe sent a receipt
+    details: InvoiceDetails = NO_DETAILS
 
 
 def read_invoice(
@@ -111,8 +107,8 @@ def read_invoice(
         raise UnusableInvoice(INVALID_CURRENCY)
     if all_lines is not None:
         invoice = {**invoice, "lines": {"data": all_lines, "has_more": False}}
-    lines, more_lines, truncated = _lines(invoice)
-    credit_applied, previous_balance = _balance(invoice)
+    lines = read_lines(invoice)
+    balance = _balance(invoice)
     address, country = _address(invoice.get("customer_address"))
     pdf = invoice.get("invoice_pdf")
     return ReceiptFacts(
@@ -124,21 +120,27 @@ def read_invoice(
         customer_country=country,
         merchant=one_line(invoice.get("account_name")),
         currency=currency,
-        lines=lines,
-        more_lines=more_lines,
-        lines_truncated=truncated,
+        lines=lines.shown,
+        more_lines=lines.more,
+        lines_truncated=lines.truncated,
+        lines_listed=lines.listed,
         subtotal=optional_amount(invoice.get("subtotal")),
         discounts=read_discounts(invoice),
         taxes=read_taxes(invoice),
         shipping=_shipping(invoice),
         total=optional_amount(invoice.get("total")),
         credit_notes=optional_amount(invoice.get("pre_payment_credit_notes_amount")) or 0,
-        credit_applied=credit_applied,
-        previous_balance=previous_balance,
+        credit_applied=balance.credit_applied,
+        previous_balance=balance.previous_balance,
+        credit_added=balance.credit_added,
+        carried_forward=balance.carried_forward,
         amount_paid=amount_paid,
         paid_at=_paid_at(invoice, created),
         hosted_invoice_url=str(invoice["hosted_invoice_url"]),
         invoice_pdf=pdf if is_stripe_hosted_url(pdf, PDF_HOSTS) else None,
+        payment=paid_with_in_payload(invoice),
+        receipt_number=one_line(invoice.get("receipt_number"), 60),
+        details=read_details(invoice),
     )
 
 
@@ -151,100 +153,39 @@ def _recipient(invoice: dict[str, Any]) -> str:
     return email.strip()
 
 
-def _lines(invoice: dict[str, Any]) -> tuple[tuple[LineItem, ...], int | None, bool]:
-    """The lines to list, how many more the invoice has (if known), and whether any are left out."""
-    listing = invoice.get("lines")
-    listing = listing if isinstance(listing, dict) else {}
-    items = [_line(raw) for raw in dicts(listing.get("data"))]
-    shown = tuple(items[:MAX_LINES_SHOWN])
-    left_out = len(items) - len(shown)
-    if listing.get("has_more") is not True:
-        return shown, left_out or None, left_out > 0
-    total_count = listing.get("total_count")  # gone since 2025-03-31.basil
-    if isinstance(total_count, int) and is_count(total_count) and total_count > len(items):
-        return shown, total_count - len(shown), True
-    return shown, None, True
+@dataclass(frozen=True, kw_only=True)
+class BalanceChange:
+    """What the customer's balance did to this invoice; each part positive or 0.
+
+    What was due is ``total - credit notes + previous_balance - credit_applied
+    + credit_added - carried_forward``.
+    """
+
+    credit_applied: int = 0  # credit the customer had, used here
+    previous_balance: int = 0  # owed from before, added here
+    credit_added: int = 0  # a negative total, kept as credit
+    carried_forward: int = 0  # too small to charge: added to the balance for next time
 
 
-def _line(raw: dict[str, Any]) -> LineItem:
-    return LineItem(
-        description=one_line(raw.get("description"), 300) or _price_nickname(raw),
-        quantity=_quantity(raw),
-        amount=required_amount(raw.get("amount")),
-        proration=_is_proration(raw),
-        period=_period(raw.get("period")),
-    )
+def _balance(invoice: dict[str, Any]) -> BalanceChange:
+    """The change from ``starting_balance`` to ``ending_balance``; a negative balance is credit.
 
-
-def _period(period: object) -> tuple[int, int] | None:
-    """The span a line covers; None for a one-off item (Stripe gives it start == end)."""
-    if not isinstance(period, dict):
-        return None
-    start, end = period.get("start"), period.get("end")
-    if isinstance(start, int) and isinstance(end, int) and is_timestamp(start) and start < end:
-        return (start, end) if is_timestamp(end) else None
-    return None
-
-
-def _price_nickname(raw: dict[str, Any]) -> str | None:
-    """A description for lines without one: the price's or (older versions) the plan's nickname."""
-    pricing = raw.get("pricing")
-    details = pricing.get("price_details") if isinstance(pricing, dict) else None
-    candidates = (
-        raw.get("price"),
-        raw.get("plan"),
-        details.get("price") if isinstance(details, dict) else None,
-    )
-    for candidate in candidates:
-        if isinstance(candidate, dict) and one_line(candidate.get("nickname")):
-            return one_line(candidate.get("nickname"))
-    return None
-
-
-def _quantity(raw: dict[str, Any]) -> Decimal | None:
-    """The quantity when it is more than one: ``quantity_decimal`` (a string) or ``quantity``."""
-    value: Decimal | None = None
-    decimal_text = raw.get("quantity_decimal")
-    if isinstance(decimal_text, str) and len(decimal_text) <= 40:
-        try:
-            value = Decimal(decimal_text)
-        except InvalidOperation:
-            value = None
-    quantity = raw.get("quantity")
-    if value is None and isinstance(quantity, int) and not isinstance(quantity, bool):
-        value = Decimal(quantity)
-    if value is None or not value.is_finite() or not 1 < value <= MAX_QUANTITY:
-        return None
-    return value.normalize() if value == value.to_integral_value() else value
-
-
-def _is_proration(raw: dict[str, Any]) -> bool:
-    if raw.get("proration") is True:  # before 2025-03-31.basil
-        return True
-    parent = raw.get("parent")
-    if not isinstance(parent, dict):
-        return False
-    return any(
-        isinstance(details, dict) and details.get("proration") is True
-        for details in (
-            parent.get("subscription_item_details"),
-            parent.get("invoice_item_details"),
-        )
-    )
-
-
-def _balance(invoice: dict[str, Any]) -> tuple[int, int]:
-    """(credit applied, previous balance added) from the customer balance before and after.
-
-    A negative customer balance is a credit. ``starting_balance`` -400 and
-    ``ending_balance`` 0 mean 4.00 of credit paid part of this invoice.
+    -400 before and 0 after: 4.00 of credit paid part of this invoice. 300
+    before and 0 after: 3.00 owed from before was added. 0 and -500: a
+    negative total became 5.00 of credit. 0 and 30: 0.30 was too little to
+    charge and waits for the next invoice.
     """
     start = optional_amount(invoice.get("starting_balance"))
     end = optional_amount(invoice.get("ending_balance"))
     if start is None or end is None:
-        return 0, 0
-    change = end - start
-    return max(change, 0), max(-change, 0)
+        return BalanceChange()
+    credit_used = max(-start, 0) - max(-end, 0)
+    return BalanceChange(
+        credit_applied=max(credit_used, 0),
+        previous_balance=max(start, 0),
+        credit_added=max(-credit_used, 0),
+        carried_forward=max(end, 0),
+    )
 
 
 def _shipping(invoice: dict[str, Any]) -> int | None:

@@ -6,7 +6,9 @@ Credit grants applied before tax (``total_pretax_credit_amounts`` of type
 ``credit_balance_transaction``) are listed with them.
 Names: a discount's coupon is an object only where the payload expanded it
 (the legacy ``discount`` always did); newer payloads carry ids, and the line
-then just says "Discount".
+then just says "Discount". ``total_discount_amounts`` lists discounts on
+single line items too, which Stripe's ``subtotal`` has already taken off; a
+discount not among the invoice's own ``discounts`` is such a one.
 
 Taxes: ``total_taxes`` since 2025-03-31.basil (``tax_behavior``,
 ``tax_rate_details.tax_rate``), ``total_tax_amounts`` before it
@@ -38,6 +40,7 @@ class Discount:
     percent_off: Decimal | None
     amount: int  # what it took off, positive
     credit: bool = False  # a credit grant rather than a coupon
+    on_items: bool = False  # on single line items: already off Stripe's subtotal
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -53,8 +56,13 @@ def read_discounts(invoice: dict[str, Any]) -> tuple[Discount, ...]:
     coupons = _coupons(invoice)
     entries = invoice.get("total_discount_amounts")
     if isinstance(entries, list):
+        on_invoice = _invoice_discount_ids(invoice)
         found = [
-            _discount(coupons.get(object_id(entry.get("discount")) or ""), entry.get("amount"))
+            _discount(
+                coupons.get(object_id(entry.get("discount")) or ""),
+                entry.get("amount"),
+                on_items=_on_items(entry.get("discount"), on_invoice),
+            )
             for entry in dicts(entries)
         ]
     else:
@@ -98,9 +106,30 @@ def read_taxes(invoice: dict[str, Any]) -> tuple[Tax, ...]:
     return (Tax(name=None, percentage=rate, inclusive=False, reverse_charge=False, amount=amount),)
 
 
-def _discount(coupon: tuple[str | None, Decimal | None] | None, amount: object) -> Discount:
+def _discount(
+    coupon: tuple[str | None, Decimal | None] | None, amount: object, *, on_items: bool
+) -> Discount:
     name, percent_off = coupon or (None, None)
-    return Discount(name=name, percent_off=percent_off, amount=required_amount(amount))
+    return Discount(
+        name=name, percent_off=percent_off, amount=required_amount(amount), on_items=on_items
+    )
+
+
+def _invoice_discount_ids(invoice: dict[str, Any]) -> frozenset[str] | None:
+    """The ids of the invoice's own discounts; None when the payload does not list them."""
+    listed = invoice.get("discounts")
+    if not isinstance(listed, list):
+        return None
+    return frozenset(found for found in map(object_id, listed) if found)
+
+
+def _on_items(discount: object, on_invoice: frozenset[str] | None) -> bool:
+    if isinstance(discount, dict) and (
+        discount.get("invoice_item") or discount.get("subscription_item")
+    ):
+        return True
+    found = object_id(discount)
+    return on_invoice is not None and found is not None and found not in on_invoice
 
 
 def _legacy_discount(invoice: dict[str, Any]) -> list[Discount]:

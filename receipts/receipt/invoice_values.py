@@ -22,11 +22,16 @@ INVALID_AMOUNTS = ReviewReason.INVALID_INVOICE_AMOUNTS
 
 
 class UnusableInvoice(ValueError):
-    """The invoice cannot become an email; ``reason`` is the review reason."""
+    """The invoice cannot become an email; ``reason`` is the review reason.
 
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
+    ``detail``: what a person needs to see why, stored as the row's
+    ``last_error``; numbers and field names only, never a customer's data.
+    """
+
+    def __init__(self, reason: str, *, detail: str | None = None) -> None:
+        super().__init__(reason if detail is None else f"{reason}: {detail}")
         self.reason = reason
+        self.detail = detail
 
 
 def optional_amount(value: object) -> int | None:

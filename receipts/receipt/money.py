@@ -9,15 +9,21 @@ Stripe's minor unit is not always ISO 4217's nor CLDR's:
 
 An amount is shown with as many decimals as the locale shows for its currency
 (CLDR) when that loses nothing, and otherwise with Stripe's: a fractional
-forint shows two decimals ("HUF12,500.50", never "HUF12,500.5" nor a rounded
-"HUF12,501"). Amounts are bounded by :data:`MAX_AMOUNT`, far beyond anything
-Stripe accepts: a larger value is refused before formatting, so an absurd
-amount sends its invoice to review instead of failing the webhook.
+forint shows two decimals ("HUF 12,500.50", never "HUF 12,500.5" nor a rounded
+"HUF 12,501"). One receipt decides once for all its amounts
+(:func:`receipt_digits`), so "HUF 49" never stands next to "HUF 137.50".
+A currency shown by its letters is kept apart from the number by a no-break
+space, as ICU's currency spacing does ("KWD 12.340", never "KWD12.340").
+Amounts are bounded by :data:`MAX_AMOUNT`, far beyond anything Stripe
+accepts: a larger value is refused before formatting, so an absurd amount
+sends its invoice to review instead of failing the webhook.
 """
 
 from __future__ import annotations
 
 import re
+import unicodedata
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -73,14 +79,33 @@ def minor_unit_exponent(currency: str) -> int:
     return 2
 
 
-def format_amount(amount: int, currency: str, locale: str | Locale) -> str:
-    """Format an amount in Stripe's minor unit, e.g. (1999, 'usd', 'en_US') -> '$19.99'."""
+def format_amount(
+    amount: int, currency: str, locale: str | Locale, *, digits: int | None = None
+) -> str:
+    """Format an amount in Stripe's minor unit, e.g. (1999, 'usd', 'en_US') -> '$19.99'.
+
+    ``digits``: the decimals to show, as :func:`receipt_digits` chose them for
+    every amount of one receipt; by default, what this amount alone needs.
+    """
     if not is_amount(amount):
         raise ValueError(f"not an amount Stripe sends: {amount!r}")
     code = currency.upper()
-    exponent, shown = _digits(code)
-    whole_at_shown = shown >= exponent or amount % 10 ** (exponent - shown) == 0
-    return _shape(str(locale), code, shown if whole_at_shown else exponent).apply(amount, exponent)
+    exponent = _digits(code)[0]
+    shown = receipt_digits(currency, (amount,)) if digits is None else digits
+    return _shape(str(locale), code, shown).apply(amount, exponent)
+
+
+def receipt_digits(currency: str, amounts: Iterable[int]) -> int:
+    """The decimals every amount of one receipt is shown with.
+
+    CLDR's for the currency when no amount has a fraction at that precision,
+    else Stripe's: one fractional forint shows every forint amount with two.
+    """
+    exponent, shown = _digits(currency.upper())
+    if shown >= exponent:
+        return shown
+    unit = 10 ** (exponent - shown)
+    return shown if all(amount % unit == 0 for amount in amounts) else exponent
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -138,19 +163,37 @@ def _shape(locale: str, code: str, digits: int) -> _Shape:
     pattern = parsed.currency_formats["standard"]
     symbol = get_currency_symbol(code, parsed)
 
-    def affix(text: str) -> str:
+    def affix(text: str, *, before_number: bool) -> str:
         # The standard patterns use the symbol (¤); Babel also knows the code (¤¤)
         # and the plural name (¤¤¤), which no standard pattern uses.
         text = text.replace("\u00a4\u00a4\u00a4", code).replace("\u00a4\u00a4", code)
+        if before_number and text.endswith("\u00a4") and _needs_spacing(symbol[-1:]):
+            text = text[:-1] + symbol + NO_BREAK_SPACE
+        elif not before_number and text.startswith("\u00a4") and _needs_spacing(symbol[:1]):
+            text = NO_BREAK_SPACE + symbol + text[1:]
         text = text.replace("\u00a4", symbol)
         return re.sub(r"'([^']*)'", lambda m: m.group(1) or "'", text)
 
     return _Shape(
-        prefixes=(affix(pattern.prefix[0]), affix(pattern.prefix[1])),
-        suffixes=(affix(pattern.suffix[0]), affix(pattern.suffix[1])),
+        prefixes=(
+            affix(pattern.prefix[0], before_number=True),
+            affix(pattern.prefix[1], before_number=True),
+        ),
+        suffixes=(
+            affix(pattern.suffix[0], before_number=False),
+            affix(pattern.suffix[1], before_number=False),
+        ),
         group=get_group_symbol(parsed),
         decimal=get_decimal_symbol(parsed),
         grouping=pattern.grouping,
         min_int=pattern.int_prec[0],
         digits=digits,
     )
+
+
+NO_BREAK_SPACE = "\u00a0"
+
+
+def _needs_spacing(character: str) -> bool:
+    """ICU's currency spacing: a symbol that is no sign and no space stands apart from digits."""
+    return bool(character) and unicodedata.category(character)[0] not in "SZ"

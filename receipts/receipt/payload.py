@@ -22,8 +22,9 @@ def render_payload(key: str, render_input: dict[str, Any], renderer: Renderer) -
     """The email of ``key`` as the provider is sent it.
 
     A pure function of the stored input and the templates, so the result does
-    not depend on where it runs. Raises UnusableInvoice (or what a template
-    raises) if the input cannot make an email.
+    not depend on where it runs. Raises UnusableInvoice (ReceiptDoesNotAddUp
+    among them: the rows would not add up) or what a template raises if the
+    input cannot make an email.
     """
     facts = read_render_input(render_input)
     api_facts = api_facts_from_document(render_input.get("api_facts"))
@@ -31,6 +32,8 @@ def render_payload(key: str, render_input: dict[str, Any], renderer: Renderer) -
         facts,
         locale=renderer.choose_locale(api_facts.preferred_locales),
         payment_method=api_facts.payment_method,
+        receipt_number=api_facts.receipt_number,
+        sender=render_input["from"],
     )
     return email_payload(
         content,

@@ -1,39 +1,38 @@
 """A receipt's facts as the text a reader sees, in one locale and time zone.
 
 Templates get only finished strings: every amount formatted in the invoice's
-currency, dates and times in the merchant's time zone (``RECEIPTS_TIMEZONE``),
-labels translated. The README lists each field with an example value.
+currency with the decimals chosen once for the whole receipt, dates and times
+in the merchant's time zone (``RECEIPTS_TIMEZONE``), labels translated. The
+amounts come from :func:`receipts.receipt.statement.statement`, which refuses
+a receipt whose rows would not add up. The README lists each field with an
+example value.
 """
 
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import date, datetime, time
 from decimal import Decimal
 from functools import lru_cache
 from gettext import NullTranslations
 from zoneinfo import ZoneInfo
 
 from babel import Locale
-from babel.dates import format_date, format_interval, format_time, get_datetime_format
 from babel.numbers import NumberPattern, format_decimal
 
 from receipts.receipt.api_facts import PaymentMethod
+from receipts.receipt.dates import format_moment, format_period
 from receipts.receipt.invoice_facts import LineItem, ReceiptFacts
 from receipts.receipt.invoice_totals import Discount, Tax
-from receipts.receipt.money import format_amount
-from receipts.receipt.untrusted import one_line
+from receipts.receipt.money import format_amount, receipt_digits
+from receipts.receipt.payment_methods import describe_payment_method
+from receipts.receipt.statement import Statement, statement
 
 TIMES = "\u00d7"
 Gettext = Callable[[str], str]
 Money = Callable[[int], str]
-
-
-def N_(message: str) -> str:
-    """Mark a message for the catalogs; it is translated where it is shown."""
-    return message
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -53,33 +52,66 @@ class AmountView:
 
 
 @dataclass(frozen=True, kw_only=True)
+class FieldView:
+    label: str  # "PO number"
+    value: str
+
+
+@dataclass(frozen=True, kw_only=True)
 class ReceiptView:
     """What the templates see as ``receipt``."""
 
     merchant: str | None
     number: str
+    receipt_number: str | None  # Stripe's receipt number for the charge, when it has one
     invoice_id: str
     customer_name: str | None
     customer_email: str
     customer_address: tuple[str, ...]
+    customer_tax_ids: str | None  # "DE123456789"
+    merchant_tax_ids: str | None
+    custom_fields: tuple[FieldView, ...]
+    memo: str | None  # the invoice's description
+    footer: str | None  # the invoice's footer
     currency: str
     lines: tuple[LineView, ...]
     more_lines: int | None
+    more_lines_shown: str | None  # the same count as the locale writes it: "1.000.000"
     lines_truncated: bool
-    subtotal: str | None
+    lines_missing: bool  # the payload lists no lines at all: see the invoice
+    subtotal: str | None  # None when nothing stands between it and the total
     discounts: tuple[AmountView, ...]
-    taxes: tuple[AmountView, ...]
+    taxes: tuple[AmountView, ...]  # added on top
+    included_taxes: tuple[AmountView, ...]  # already part of the prices
     shipping: str | None
-    total: str | None
+    total: str
+    adjusted: bool  # something stands between the total and the amount paid
     credit_notes: str | None
     credit_applied: str | None  # "$4.00", taken from the customer's credit balance
     credit_applied_negative: str | None  # "-$4.00", the same as a deduction
     previous_balance: str | None
+    credit_added: str | None
+    carried_forward: str | None  # "-$0.30", left for the next invoice
+    paid_off_stripe: str | None  # "-$108.00", marked as paid outside Stripe
     amount_paid: str
+    settled: str  # the amount this receipt is for: paid, from credit, marked paid
+    # "payment", "credit", "credit_and_payment", "out_of_band" or "nothing_due"
+    settlement: str
     paid_at: str | None
     payment_method: str | None
     hosted_invoice_url: str
     invoice_pdf: str | None
+    support_email: str | None
+    support_url: str | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Contact:
+    """Who the receipt is from, as the settings say it when the invoice does not."""
+
+    merchant: str | None = None
+    support_email: str | None = None
+    support_url: str | None = None
 
 
 def present(
@@ -89,100 +121,102 @@ def present(
     translations: NullTranslations,
     timezone: ZoneInfo,
     payment_method: PaymentMethod | None = None,
+    receipt_number: str | None = None,
+    contact: Contact = Contact(),
 ) -> ReceiptView:
+    """The view of ``facts``; raises ReceiptDoesNotAddUp when its rows would not add up."""
     _ = translations.gettext
-    name = str(locale)
+    rows = statement(facts)
+    money = _money(facts, rows, str(locale))
 
-    def money(amount: int) -> str:
-        return format_amount(amount, facts.currency, name)
-
-    def optional(amount: int | None) -> str | None:
+    def optional(amount: int) -> str | None:
         return money(amount) if amount else None
 
+    merchant = facts.merchant or contact.merchant
+    kind = _settlement(facts, rows)
     return ReceiptView(
-        merchant=facts.merchant,
+        merchant=merchant,
         number=facts.number,
+        receipt_number=receipt_number or facts.payment.receipt_number or facts.receipt_number,
         invoice_id=facts.invoice_id,
         customer_name=facts.customer_name,
         customer_email=facts.to,
         customer_address=_address(facts, locale),
+        customer_tax_ids=", ".join(facts.details.customer_tax_ids) or None,
+        merchant_tax_ids=", ".join(facts.details.merchant_tax_ids) or None,
+        custom_fields=tuple(FieldView(label=n, value=v) for n, v in facts.details.custom_fields),
+        memo=facts.details.memo,
+        footer=facts.details.footer,
         currency=facts.currency.upper(),
         lines=tuple(_line(line, money, locale, timezone, _) for line in facts.lines),
         more_lines=facts.more_lines,
+        more_lines_shown=None if facts.more_lines is None else _count(facts.more_lines, locale),
         lines_truncated=facts.lines_truncated,
-        subtotal=None if facts.subtotal is None else money(facts.subtotal),
-        discounts=tuple(_discount(found, money, locale, _) for found in facts.discounts),
-        taxes=tuple(_tax(found, money, locale, _) for found in facts.taxes),
-        shipping=optional(facts.shipping),
-        total=None if facts.total is None else money(facts.total),
-        credit_notes=optional(-facts.credit_notes),
-        credit_applied=optional(facts.credit_applied),
-        credit_applied_negative=optional(-facts.credit_applied),
-        previous_balance=optional(facts.previous_balance),
-        amount_paid=money(facts.amount_paid),
+        lines_missing=not facts.lines_listed,
+        subtotal=_subtotal_shown(rows, money),
+        discounts=tuple(_discount(found, money, locale, _) for found in rows.discounts),
+        taxes=tuple(_tax(found, money, locale, _) for found in rows.added_taxes),
+        included_taxes=tuple(_tax(found, money, locale, _) for found in rows.included_taxes),
+        shipping=optional(rows.shipping),
+        total=money(rows.total),
+        adjusted=rows.adjusted,
+        credit_notes=optional(-rows.credit_notes),
+        credit_applied=optional(rows.credit_applied),
+        credit_applied_negative=optional(-rows.credit_applied),
+        previous_balance=optional(rows.previous_balance),
+        credit_added=optional(rows.credit_added),
+        carried_forward=optional(-rows.carried_forward),
+        paid_off_stripe=optional(-rows.paid_off_stripe),
+        amount_paid=money(rows.amount_paid),
+        settled=money(rows.settled),
+        settlement=kind,
         paid_at=None if facts.paid_at is None else format_moment(facts.paid_at, timezone, locale),
-        payment_method=describe_payment_method(payment_method, _),
+        payment_method=_how_paid(kind, merchant, payment_method or facts.payment.method, _),
         hosted_invoice_url=facts.hosted_invoice_url,
         invoice_pdf=facts.invoice_pdf,
+        support_email=contact.support_email,
+        support_url=contact.support_url,
     )
 
 
-def format_moment(timestamp: int, timezone: ZoneInfo, locale: Locale) -> str:
-    """ "November 30, 2025, 12:00 AM UTC": the long date and short time in ``timezone``."""
-    moment = datetime.fromtimestamp(timestamp, tz=timezone)
-    return _moment(moment.date(), moment.hour, moment.minute, moment.tzname() or "", locale)
+def _money(facts: ReceiptFacts, rows: Statement, locale: str) -> Money:
+    amounts = [*(line.amount for line in facts.lines), *rows.amounts()]
+    digits = receipt_digits(facts.currency, amounts)
+
+    def money(amount: int) -> str:
+        return format_amount(amount, facts.currency, locale, digits=digits)
+
+    return money
 
 
-@lru_cache(maxsize=256)
-def _moment(day: date, hour: int, minute: int, zone: str, locale: Locale) -> str:
-    # Cached by the minute: receipts arriving together share it.
-    when = str(get_datetime_format("medium", locale=locale)).replace("'", "")
-    clock = format_time(time(hour, minute), "short", locale=locale)
-    shown = format_date(day, "long", locale=locale)
-    return when.replace("{1}", shown).replace("{0}", f"{clock} {zone}")
-
-
-_BRANDS = {
-    "amex": "American Express",
-    "cartes_bancaires": "Cartes Bancaires",
-    "diners": "Diners Club",
-    "discover": "Discover",
-    "eftpos_au": "eftpos",
-    "interac": "Interac",
-    "jcb": "JCB",
-    "link": "Link",
-    "mastercard": "Mastercard",
-    "unionpay": "UnionPay",
-    "visa": "Visa",
-}
-_KINDS = {
-    "acss_debit": N_("Pre-authorized debit"),
-    "au_becs_debit": N_("BECS Direct Debit"),
-    "bacs_debit": N_("Bacs Direct Debit"),
-    "customer_balance": N_("Bank transfer"),
-    "sepa_debit": N_("SEPA Direct Debit"),
-    "us_bank_account": N_("Bank account"),
-}
-_NAMED_KINDS = {"link": "Link", "paypal": "PayPal", "cashapp": "Cash App Pay"}
-
-
-def describe_payment_method(method: PaymentMethod | None, _: Gettext) -> str | None:
-    """ "Visa ending 4242", "SEPA Direct Debit ending 3000"; None when unknown."""
-    if method is None:
+def _subtotal_shown(rows: Statement, money: Money) -> str | None:
+    if rows.subtotal is None or not (rows.discounts or rows.shipping or rows.added_taxes):
         return None
-    brand = one_line(method.brand, 40)
-    if method.kind == "card":
-        name = _BRANDS.get(brand or "") or (brand.title() if brand else _("Card"))
-    elif method.kind in _KINDS:
-        name = brand if method.kind == "us_bank_account" and brand else _(_KINDS[method.kind])
-    else:
-        name = _NAMED_KINDS.get(method.kind, "")
-    last4 = method.last4 if method.last4 and method.last4.isascii() else None
-    if not name:
-        return None
-    if last4 and last4.isdigit() and len(last4) == 4:
-        return _("%(method)s ending %(last4)s") % {"method": name, "last4": last4}
-    return name
+    return money(rows.subtotal)
+
+
+def _settlement(facts: ReceiptFacts, rows: Statement) -> str:
+    if rows.paid_off_stripe:
+        return "out_of_band"
+    if rows.total <= 0 and not rows.settled:
+        return "nothing_due"  # a trial, a 100 % coupon (sent with RECEIPTS_SEND_ZERO_VALUE)
+    if rows.credit_applied and rows.amount_paid:
+        return "credit_and_payment"
+    if rows.credit_applied:
+        return "credit"
+    return "payment"
+
+
+def _how_paid(
+    kind: str, merchant: str | None, method: PaymentMethod | None, _: Gettext
+) -> str | None:
+    if kind == "out_of_band":
+        if merchant:
+            return _("Marked as paid by %(merchant)s") % {"merchant": merchant}
+        return _("Marked as paid")
+    if kind == "credit":
+        return _("Credit balance")
+    return describe_payment_method(method, _)
 
 
 def _line(line: LineItem, money: Money, locale: Locale, timezone: ZoneInfo, _: Gettext) -> LineView:
@@ -195,11 +229,15 @@ def _line(line: LineItem, money: Money, locale: Locale, timezone: ZoneInfo, _: G
     return LineView(
         description=description,
         quantity=quantity,
-        period=None if line.period is None else _period(*line.period, timezone, locale),
+        period=None if line.period is None else format_period(*line.period, timezone, locale),
         amount=money(line.amount),
         is_credit=line.amount < 0,
         proration=line.proration,
     )
+
+
+def _count(value: int, locale: Locale) -> str:
+    return str(format_decimal(value, locale=locale))
 
 
 def _quantity(value: Decimal, locale: Locale) -> str:
@@ -210,16 +248,24 @@ def _quantity(value: Decimal, locale: Locale) -> str:
 
 
 def _discount(found: Discount, money: Money, locale: Locale, _: Gettext) -> AmountView:
+    name = found.name or _("Discount")
     if found.credit:
         label = _("Credits applied")
-    elif found.percent_off is not None:
+    elif found.percent_off is not None and not _says_percentage(name, found.percent_off, locale):
         label = _("%(name)s (%(percent)s off)") % {
-            "name": found.name or _("Discount"),
+            "name": name,
             "percent": format_percentage(found.percent_off, locale),
         }
     else:
-        label = found.name or _("Discount")
+        label = name
     return AmountView(label=label, amount=money(-found.amount))
+
+
+def _says_percentage(name: str, percent: Decimal, locale: Locale) -> bool:
+    """ "10% Off" already says 10 %: the label does not repeat it."""
+    number = format(percent.normalize(), "f")
+    written = rf"(?<![\d.,]){re.escape(number)}[\s\u00a0\u202f]?%"
+    return bool(re.search(written, name)) or format_percentage(percent, locale) in name
 
 
 def _tax(found: Tax, money: Money, locale: Locale, _: Gettext) -> AmountView:
@@ -243,6 +289,7 @@ def _address(facts: ReceiptFacts, locale: Locale) -> tuple[str, ...]:
     return (*facts.customer_address, country) if country else facts.customer_address
 
 
+@lru_cache(maxsize=256)
 def format_percentage(value: Decimal, locale: Locale) -> str:
     """ "8.875%", "19 %": the locale's percent format with up to three decimals."""
     return str(_percent_pattern(locale).apply(value / 100, locale))
@@ -253,14 +300,3 @@ def _percent_pattern(locale: Locale) -> NumberPattern:
     pattern: NumberPattern = copy.copy(locale.percent_formats[None])
     pattern.frac_prec = (0, 3)
     return pattern
-
-
-@lru_cache(maxsize=1024)
-def _period_dates(start: date, end: date, locale: Locale) -> str:
-    return str(format_interval(start, end, "yMMMd", locale=locale))
-
-
-def _period(start: int, end: int, timezone: ZoneInfo, locale: Locale) -> str:
-    first = datetime.fromtimestamp(start, tz=timezone).date()
-    last = datetime.fromtimestamp(end, tz=timezone).date()
-    return _period_dates(first, last, locale)

@@ -14,6 +14,16 @@ any customer needs it.
 The language of one receipt is the customer's first preferred locale that a
 catalog exists for (``preferred_locales``, known only through Stripe's API),
 else ``RECEIPTS_LOCALE``; amounts, dates and country names follow that locale.
+
+Who the receipt is from: the invoice's ``account_name``, else
+``RECEIPTS_MERCHANT_NAME``, else the display name of the sender
+(``EMAIL_FROM``); where to ask: ``RECEIPTS_SUPPORT_EMAIL`` and
+``RECEIPTS_SUPPORT_URL``. The worker renders at a row's first claim with the
+settings it has then, and the email is frozen from that moment.
+
+The text part is written with ASCII spaces only: the no-break and narrow
+no-break spaces CLDR puts in amounts and times ("12:00\u202fAM") show as
+boxes or stray characters in some plain-text mail clients.
 """
 
 from __future__ import annotations
@@ -21,6 +31,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from email.utils import parseaddr
+from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -33,13 +45,16 @@ from receipts.config import ConfigError, Settings
 from receipts.receipt.api_facts import PaymentMethod
 from receipts.receipt.catalogs import SOURCE_LANGUAGE, catalog_language, load_catalogs, parse_locale
 from receipts.receipt.invoice_facts import ReceiptFacts
-from receipts.receipt.presentation import present
+from receipts.receipt.presentation import Contact, present
 from receipts.receipt.samples import SAMPLE_PAYMENT_METHOD, sample_receipts
 from receipts.receipt.template_env import environment, messages, template_line
+from receipts.receipt.untrusted import one_line
 
 TEMPLATE_FOLDER = "invoice_paid"
 TEMPLATE_NAMES = ("subject.txt", "body.txt", "body.html")
 _PACKAGED = "receipts/receipt/templates"
+# Spaces CLDR writes that a plain-text part shows as ordinary spaces.
+_WIDE_SPACES = ("\u00a0", "\u202f", "\u2009", "\u2007")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -78,7 +93,13 @@ class Renderer:
         locale: str = "en_US",
         template_dir: Path | None = None,
         timezone: str = "UTC",
+        merchant_name: str | None = None,
+        support_email: str | None = None,
+        support_url: str | None = None,
     ) -> None:
+        self.contact = Contact(
+            merchant=merchant_name, support_email=support_email, support_url=support_url
+        )
         default = parse_locale(locale)
         if default is None:
             raise ConfigError("RECEIPTS_LOCALE", f"unknown locale {locale!r}")
@@ -104,6 +125,9 @@ class Renderer:
             locale=settings.locale,
             template_dir=settings.template_dir,
             timezone=settings.timezone,
+            merchant_name=settings.merchant_name,
+            support_email=settings.support_email,
+            support_url=settings.support_url,
         )
 
     def choose_locale(self, preferred: Sequence[str] = ()) -> str:
@@ -120,14 +144,29 @@ class Renderer:
         *,
         locale: str | None = None,
         payment_method: PaymentMethod | None = None,
+        receipt_number: str | None = None,
+        sender: str | None = None,
     ) -> EmailContent:
+        """The email of ``facts``; ReceiptDoesNotAddUp if its rows would not add up.
+
+        ``sender``: the From address, whose display name names the merchant
+        when neither the invoice nor RECEIPTS_MERCHANT_NAME does.
+        """
         chosen = self._default if locale is None else parse_locale(locale) or self._default
         language = catalog_language(chosen) or SOURCE_LANGUAGE
-        context = self._context(facts, chosen, payment_method)
+        contact = self.contact
+        if contact.merchant is None and sender:
+            contact = Contact(
+                merchant=display_name(sender),
+                support_email=contact.support_email,
+                support_url=contact.support_url,
+            )
+        context = self._context(facts, chosen, payment_method, receipt_number, contact)
         subject = self._render("subject.txt", context, language)
+        text = ascii_spaces(self._render("body.txt", context, language))
         return EmailContent(
             subject=" ".join(subject.split()),
-            text=self._render("body.txt", context, language).strip() + "\n",
+            text=text.strip() + "\n",
             html=self._render("body.html", context, language).strip() + "\n",
         )
 
@@ -142,6 +181,8 @@ class Renderer:
         facts: ReceiptFacts,
         locale: Locale,
         payment_method: PaymentMethod | None,
+        receipt_number: str | None = None,
+        contact: Contact | None = None,
     ) -> dict[str, Any]:
         receipt = present(
             facts,
@@ -149,6 +190,8 @@ class Renderer:
             translations=self._catalogs[catalog_language(locale) or SOURCE_LANGUAGE],
             timezone=self.timezone,
             payment_method=payment_method,
+            receipt_number=receipt_number,
+            contact=contact or self.contact,
         )
         return {
             "receipt": receipt,
@@ -176,17 +219,12 @@ class Renderer:
         return format_date(datetime.fromtimestamp(paid_at, tz=self.timezone), "long", locale=locale)
 
     def _compile(self) -> dict[str, Template]:
-        env = environment(self._template_dir)
-        self._autoescape = env.autoescape if callable(env.autoescape) else lambda _: env.autoescape
-        compiled = {}
-        for name in TEMPLATE_NAMES:
-            path = f"{TEMPLATE_FOLDER}/{name}"
-            try:
-                compiled[name] = env.get_template(path)
-            except TemplateSyntaxError as error:
-                raise self._error(path, error.lineno, error.message or "syntax error") from None
-            except (TemplateError, UnicodeDecodeError, OSError) as error:
-                raise self._error(path, None, str(error)) from None
+        if self._template_dir is None:
+            # The packaged templates change only with a deploy, which restarts
+            # the process: every renderer of the process shares one compilation.
+            compiled, self._autoescape = _packaged_templates()
+            return compiled
+        compiled, self._autoescape = _compiled(self._template_dir, self._error)
         return compiled
 
     def _try_every_template(self) -> None:
@@ -208,6 +246,50 @@ class Renderer:
         variable = "RECEIPTS_TEMPLATE_DIR" if overridden else _PACKAGED
         where = f"{path} line {line}" if line else path
         return ConfigError(variable, f"{where}: {' '.join(problem.split())}")
+
+
+Autoescape = Callable[[str | None], bool]
+
+
+def _compiled(
+    template_dir: Path | None, error: Callable[[str, int | None, str], ConfigError]
+) -> tuple[dict[str, Template], Autoescape]:
+    """Every template compiled; ``error`` makes the ConfigError for one that cannot be."""
+    env = environment(template_dir)
+    autoescape = env.autoescape
+    escapes: Autoescape = autoescape if callable(autoescape) else lambda _: bool(autoescape)
+    compiled = {}
+    for name in TEMPLATE_NAMES:
+        path = f"{TEMPLATE_FOLDER}/{name}"
+        try:
+            compiled[name] = env.get_template(path)
+        except TemplateSyntaxError as problem:
+            raise error(path, problem.lineno, problem.message or "syntax error") from None
+        except (TemplateError, UnicodeDecodeError, OSError) as problem:
+            raise error(path, None, str(problem)) from None
+    return compiled, escapes
+
+
+@cache
+def _packaged_templates() -> tuple[dict[str, Template], Autoescape]:
+    def packaged_error(path: str, line: int | None, problem: str) -> ConfigError:
+        where = f"{path} line {line}" if line else path
+        return ConfigError(_PACKAGED, f"{where}: {' '.join(problem.split())}")
+
+    return _compiled(None, packaged_error)
+
+
+@lru_cache(maxsize=64)
+def display_name(sender: str) -> str | None:
+    """ "Acme Billing" of ``Acme Billing <billing@acme.example>``; None for a bare address."""
+    return one_line(parseaddr(sender)[0], 100)
+
+
+def ascii_spaces(text: str) -> str:
+    """``text`` with every no-break, narrow and thin space written as a plain one."""
+    for space in _WIDE_SPACES:  # str.replace beats str.translate tenfold on these
+        text = text.replace(space, " ")
+    return text
 
 
 class _Deferred:

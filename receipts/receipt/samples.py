@@ -1,17 +1,20 @@
-"""Two sample receipts the renderer tries every template on at start-up.
+"""Sample receipts the renderer tries every template on at start-up.
 
 One has every optional part a receipt can show (credits, quantities, periods,
-discounts, each kind of tax, shipping, credit balance, a truncated line list),
-the other none of them: between them they take a template through each branch
-that depends on the data, so a template that cannot render either fails the
-start, not a webhook.
+discounts, each kind of tax, shipping, credit balance, a truncated line list,
+custom fields, notes, tax ids, a receipt number), one none of them, and one is
+settled without a charge (marked as paid, with a balance carried and credit
+added): between them they take a template through each branch that depends
+on the data, so a template that cannot render one fails the start, not a
+webhook. Each adds up, as every receipt must.
 """
 
 from __future__ import annotations
 
 from decimal import Decimal
 
-from receipts.receipt.api_facts import PaymentMethod
+from receipts.receipt.api_facts import Payment, PaymentMethod
+from receipts.receipt.invoice_details import InvoiceDetails
 from receipts.receipt.invoice_facts import LineItem, ReceiptFacts
 from receipts.receipt.invoice_totals import Discount, Tax
 
@@ -21,8 +24,8 @@ _URL = "https://invoice.stripe.com/i/acct_1Sample/test_Sample"
 _PAID_AT = 1764460800
 
 
-def sample_receipts() -> tuple[ReceiptFacts, ReceiptFacts]:
-    return _full(), _minimal()
+def sample_receipts() -> tuple[ReceiptFacts, ...]:
+    return _full(), _minimal(), _settled_elsewhere()
 
 
 def _full() -> ReceiptFacts:
@@ -83,6 +86,15 @@ def _full() -> ReceiptFacts:
         paid_at=_PAID_AT,
         hosted_invoice_url=_URL,
         invoice_pdf=_URL + "/pdf",
+        receipt_number="1466-5230",
+        details=InvoiceDetails(
+            custom_fields=(("PO number", "4500012345"),),
+            memo="Thank you for your business.",
+            footer="Sample Shop Ltd, 1 Main Street, Brooklyn",
+            customer_tax_ids=("DE123456789",),
+            merchant_tax_ids=("US12-3456789",),
+            paid_out_of_band=False,
+        ),
     )
 
 
@@ -111,4 +123,47 @@ def _minimal() -> ReceiptFacts:
         paid_at=None,
         hosted_invoice_url=_URL,
         invoice_pdf=None,
+    )
+
+
+def _settled_elsewhere() -> ReceiptFacts:
+    """No merchant, no charge: credit added, a balance carried, the rest marked as paid."""
+    return ReceiptFacts(
+        invoice_id="in_1Sample",
+        number="in_1Sample",
+        to="jenny.rosen@example.com",
+        customer_name=None,
+        customer_address=(),
+        customer_country=None,
+        merchant=None,
+        currency="kwd",
+        lines=(
+            LineItem(description="Seat", quantity=None, amount=12340, proration=False, period=None),
+        ),
+        more_lines=None,
+        lines_truncated=False,
+        lines_listed=True,
+        subtotal=12340,
+        discounts=(),
+        taxes=(),
+        shipping=None,
+        total=12340,
+        credit_notes=0,
+        credit_applied=0,
+        previous_balance=0,
+        credit_added=100,
+        carried_forward=40,
+        amount_paid=0,
+        paid_at=_PAID_AT,
+        hosted_invoice_url=_URL,
+        invoice_pdf=None,
+        payment=Payment(),
+        details=InvoiceDetails(
+            custom_fields=(),
+            memo=None,
+            footer=None,
+            customer_tax_ids=(),
+            merchant_tax_ids=(),
+            paid_out_of_band=True,
+        ),
     )

@@ -65,7 +65,9 @@ def messages(translations: NullTranslations, *, escaped: bool) -> dict[str, Any]
     def gettext(message: str, /, **variables: Any) -> str:
         text = translate(message)
         # Formatting a message with no variable and no % in it changes nothing.
-        return text % variables if variables or "%" in text else text
+        if not variables and "%" not in text:
+            return text
+        return _one_full_stop(text % variables, variables)
 
     def ngettext(singular: str, plural: str, num: int, /, **variables: Any) -> str:
         variables.setdefault("num", num)
@@ -73,6 +75,16 @@ def messages(translations: NullTranslations, *, escaped: bool) -> dict[str, Any]
         return (Markup(text) if escaped else text) % variables
 
     return {"_": gettext, "gettext": gettext, "ngettext": ngettext}
+
+
+def _one_full_stop(text: str, variables: dict[str, Any]) -> str:
+    """ "… paid by Acme Tools, Inc." where a sentence ends on a name that ends with a stop."""
+    if not text.endswith(".."):
+        return text
+    last = next(
+        (v for v in variables.values() if isinstance(v, str) and text.endswith(v + ".")), None
+    )
+    return text[:-1] if last is not None and last.endswith(".") else text
 
 
 # Fixed messages come from the templates; a template translating its data

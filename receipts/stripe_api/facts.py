@@ -7,9 +7,10 @@ has none. A look-up that fails, or that would start after the deadline, leaves
 its part out: the receipt is made as it would be without it, ingest goes on,
 and ``receipts_stripe_api_lookups_total{lookup, outcome}`` counts it.
 
-The payment method is found as the invoice's API version allows: ``charge`` on
-invoices rendered before 2025-03-31, else the invoice's paid payments (a
-PaymentIntent's latest charge, a bare charge, or a payment record).
+The payment method (and the charge's receipt number) is found as the
+invoice's API version allows: ``charge`` on invoices rendered before
+2025-03-31, else the invoice's paid payments (a PaymentIntent's latest charge,
+a bare charge, or a payment record).
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from typing import TypeVar
 from prometheus_client import Counter
 
 from receipts.logs import log_fields
-from receipts.receipt.api_facts import ApiFacts, PaymentMethod
+from receipts.receipt.api_facts import ApiFacts, Payment
+from receipts.receipt.payment_methods import method_of, receipt_number_of
 from receipts.stripe_api.client import ApiError, Json, NotFound, Scope, StripeApi
 
 log = logging.getLogger(__name__)
@@ -59,12 +61,13 @@ def enrich(api: StripeApi, invoice: Json, scope: Scope, *, deadline: float | Non
         email = customer.get("email")
         if _text(email):
             invoice["customer_email"] = email
-    method = lookups.run("payment_method", lambda: payment_method(api, invoice, scope))
+    paid = lookups.run("payment_method", lambda: payment(api, invoice, scope)) or Payment()
     locales = customer.get("preferred_locales") if customer is not None else None
     return Enriched(
         invoice=invoice,
         facts=ApiFacts(
-            payment_method=method,
+            payment_method=paid.method,
+            receipt_number=paid.receipt_number,
             preferred_locales=tuple(
                 locale for locale in locales or () if isinstance(locale, str) and locale
             ),
@@ -87,11 +90,11 @@ def _customer(api: StripeApi, invoice: Json, scope: Scope, lookups: _Lookups) ->
     return found
 
 
-def payment_method(api: StripeApi, invoice: Json, scope: Scope) -> PaymentMethod | None:
+def payment(api: StripeApi, invoice: Json, scope: Scope) -> Payment | None:
     """How the invoice was paid, or None when no payment says so."""
     charge = invoice.get("charge")  # API versions before 2025-03-31
     if charge:
-        return method_of(_expanded(charge, lambda cid: api.charge(cid, scope)))
+        return _of_charge(_expanded(charge, lambda cid: api.charge(cid, scope)))
     payments = invoice.get("payments")
     listed = payments.get("data") if isinstance(payments, dict) else None
     if not isinstance(listed, list):
@@ -104,7 +107,7 @@ def payment_method(api: StripeApi, invoice: Json, scope: Scope) -> PaymentMethod
     return None
 
 
-def _method_of_payment(api: StripeApi, payment: object, scope: Scope) -> PaymentMethod | None:
+def _method_of_payment(api: StripeApi, payment: object, scope: Scope) -> Payment | None:
     if not isinstance(payment, dict):
         return None
     kind = payment.get("type")
@@ -113,29 +116,20 @@ def _method_of_payment(api: StripeApi, payment: object, scope: Scope) -> Payment
         latest = intent.get("latest_charge")
         if isinstance(latest, str):
             latest = api.charge(latest, scope)
-        return method_of(latest) if isinstance(latest, dict) else None
+        return _of_charge(latest) if isinstance(latest, dict) else None
     if kind == "charge" and payment.get("charge"):
-        return method_of(_expanded(payment["charge"], lambda cid: api.charge(cid, scope)))
+        return _of_charge(_expanded(payment["charge"], lambda cid: api.charge(cid, scope)))
     if kind == "payment_record" and payment.get("payment_record"):
         record = _expanded(payment["payment_record"], lambda rid: api.payment_record(rid, scope))
-        return method_of(record)
+        method = method_of(record)
+        return None if method is None else Payment(method=method)
     return None
 
 
-def method_of(paid_with: Json) -> PaymentMethod | None:
-    """A charge's or payment record's ``payment_method_details`` as a PaymentMethod."""
-    details = paid_with.get("payment_method_details")
-    if not isinstance(details, dict) or not _text(details.get("type")):
-        return None
-    kind = str(details["type"])
-    specific = details.get(kind)
-    specific = specific if isinstance(specific, dict) else {}
-    brand = specific.get("brand") or specific.get("bank_name")
-    last4 = specific.get("last4")
-    return PaymentMethod(
-        kind=kind,
-        brand=brand if _text(brand) else None,
-        last4=last4 if _text(last4) else None,
+def _of_charge(charge: Json) -> Payment | None:
+    method = method_of(charge)
+    return (
+        None if method is None else Payment(method=method, receipt_number=receipt_number_of(charge))
     )
 
 

@@ -7,6 +7,7 @@ stored bytes (docs/architecture.md, "The frozen payload and the fingerprint").
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterator
 from dataclasses import replace
@@ -31,6 +32,7 @@ from receipts.receipt.payload import render_payload
 from receipts.receipt.rendering import Renderer
 from tests import stripe_events
 from tests.fake_provider import FakeProviderClient, running_fake_provider
+from tests.receipt_examples import EXAMPLES
 from tests.stripe_events import TEST_SECRET, encode, sign
 
 Row = dict[str, Any]
@@ -228,3 +230,43 @@ def test_a_first_claim_whose_lease_ran_out_before_the_freeze_lets_the_row_go(
         )
     assert (claim.rows, claim.skipped) == ([], [])
     assert stored(db, key)["payload"] is None
+
+
+def example_event(name: str, invoice_id: str, **changes: Any) -> dict[str, Any]:
+    event = json.loads((EXAMPLES / f"{name}.json").read_text(encoding="utf-8"))
+    event["id"] = "evt_" + invoice_id
+    event["data"]["object"].update(id=invoice_id, **changes)
+    return event
+
+
+def test_a_receipt_that_would_not_add_up_goes_to_review_with_its_numbers(
+    client: FlaskClient, db: DB, fake: FakeProviderClient, worker_settings: Settings
+) -> None:
+    """Rows that cannot reach Stripe's total are never sent: review, the numbers in last_error."""
+    key = deliver(client, example_event("invoice_paid_tax_two_discounts", "in_1Off", total=24500))
+    summary = work(worker_settings)
+    assert (summary.sent, summary.review) == (0, 1) and fake.deliveries() == []
+    row = stored(db, key)
+    assert (row["status"], row["review_reason"]) == ("review", "receipt_does_not_add_up")
+    assert row["last_error"] == (
+        "usd: subtotal 26100 - discounts 3393 + shipping 0 + taxes 1805 = 24512, "
+        "but the total is 24500"
+    )
+
+
+def test_credit_paid_and_out_of_band_invoices_each_get_one_receipt(
+    client: FlaskClient, db: DB, fake: FakeProviderClient, worker_settings: Settings
+) -> None:
+    """$10.00 from the credit balance and $108.00 marked as paid: amount_paid 0, yet a
+    purchase; each gets one receipt that says how it was settled, and who was paid when
+    the invoice has no name (RECEIPTS_MERCHANT_NAME, read by the worker)."""
+    credit = deliver(client, example_event("invoice_paid_credit_full", "in_1Credit"))
+    marked = deliver(
+        client, example_event("invoice_paid_out_of_band", "in_1Marked", account_name=None)
+    )
+    named = replace(worker_settings, merchant_name="Acme Tools, Inc.")
+    assert work(named).sent == 2
+    texts = {d["key"]: json.loads(d["body"])["text"] for d in fake.deliveries()}
+    assert "ACME-0064 for $10.00 was paid from your credit balance." in texts[credit]
+    assert "ACME-0065 for $108.00 was marked as paid by Acme Tools, Inc.\n" in texts[marked]
+    assert {stored(db, key)["status"] for key in (credit, marked)} == {"sent"}

@@ -121,7 +121,7 @@ def test_a_zero_value_invoice_says_it_was_ignored_and_why(
         code, out, _ = show(environ, capsys, target)
         assert code == 0, target
         assert "evt_1Zero invoice.paid for in_1Zero (ACME-0000, jenny.rosen@example.com)" in out
-        assert "ignored (zero_value): the invoice was paid with a zero amount" in out
+        assert "ignored (zero_value): the invoice's total is zero" in out
         assert "RECEIPTS_SEND_ZERO_VALUE=true" in out
     code, out, _ = show(environ, capsys, "ACME-0000", "--json")
     [entry] = json.loads(out)

@@ -178,9 +178,20 @@ def test_other_event_types_are_acknowledged_and_recorded_as_ignored(
 
 
 def test_zero_value_invoice_is_ignored(client: FlaskClient, db: Any) -> None:
-    response = post(client, stripe_events.event(stripe_events.invoice(amount_paid=0)))
+    """A zero total (a trial, a 100 % coupon) makes no receipt."""
+    response = post(client, stripe_events.event(stripe_events.invoice(amount_paid=0, total=0)))
     assert response.json["outcome"] == "ignored"
     assert outbox(db) == []
+
+
+def test_an_invoice_paid_without_a_charge_still_gets_its_receipt(
+    client: FlaskClient, db: Any
+) -> None:
+    """amount_paid 0 with a total: paid from the credit balance, queued like any receipt."""
+    invoice = stripe_events.invoice(amount_paid=0, starting_balance=-1999, ending_balance=0)
+    response = post(client, stripe_events.event(invoice))
+    assert response.json["outcome"] == "queued"
+    assert len(outbox(db)) == 1
 
 
 def _signed_now(body: bytes) -> str:

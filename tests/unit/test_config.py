@@ -105,6 +105,13 @@ def test_missing_required_setting_names_the_variable(variable: str) -> None:
         ("RECEIPTS_METRICS_PORT", "0.0.0.0:70000", "a port"),
         ("RECEIPTS_BODY_TIMEOUT", "0", "at least"),
         ("RECEIPTS_STATEMENT_TIMEOUT", "600", "at most 60"),
+        ("RECEIPTS_MERCHANT_NAME", "Acme\u202e moc.live", "control characters"),
+        ("RECEIPTS_MERCHANT_NAME", "A" * 101, "at most 100"),
+        ("RECEIPTS_SUPPORT_EMAIL", "Help <help@acme.example>", "email address"),
+        ("RECEIPTS_SUPPORT_EMAIL", "help", "email address"),
+        ("RECEIPTS_SUPPORT_URL", "http://acme.example/help", "https://"),
+        ("RECEIPTS_SUPPORT_URL", "https://acme.example/a b", "https://"),
+        ("RECEIPTS_SUPPORT_URL", "https://user@acme.example/", "https://"),
     ],
 )
 def test_malformed_setting_names_the_variable_and_problem(
@@ -170,3 +177,20 @@ def test_a_sender_display_name_is_kept_and_quoted_as_a_header_needs() -> None:
     )
     assert settings.email_from == '"Acme, Inc" <billing@example.com>'
     assert settings.reply_to == '"Acme Inc. Support" <help@example.com>'
+
+
+def test_the_receipt_says_who_was_paid_and_where_to_ask() -> None:
+    """RECEIPTS_MERCHANT_NAME, RECEIPTS_SUPPORT_EMAIL, RECEIPTS_SUPPORT_URL, each optional."""
+    settings = load_settings(
+        {
+            **VALID,
+            "RECEIPTS_MERCHANT_NAME": " Acme Tools, Inc. ",
+            "RECEIPTS_SUPPORT_EMAIL": "help@acme.example",
+            "RECEIPTS_SUPPORT_URL": "https://acme.example/help?from=receipt",
+        }
+    )
+    assert settings.merchant_name == "Acme Tools, Inc."
+    assert settings.support_email == "help@acme.example"
+    assert settings.support_url == "https://acme.example/help?from=receipt"
+    unset = load_settings(VALID)
+    assert (unset.merchant_name, unset.support_email, unset.support_url) == (None, None, None)

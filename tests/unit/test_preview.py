@@ -37,7 +37,7 @@ def test_html_in_another_locale(capsys: pytest.CaptureFixture[str]) -> None:
     path = str(EXAMPLES / "invoice_paid_jpy.json")
     code, out, _ = preview([path, "--format", "html", "--locale", "ja_JP"], capsys)
     assert code == 0 and out.startswith("<!doctype html>") and '<html lang="ja">' in out
-    assert "￥40,400" in out and "合計" in out
+    assert "￥40,400" in out and "お支払い金額" in out
 
 
 def test_eml_is_a_whole_message_with_both_parts(capsys: pytest.CaptureFixture[str]) -> None:
@@ -108,3 +108,49 @@ class _Stdin:
         import io
 
         self.buffer = io.BytesIO(data)
+
+
+def test_preview_decides_as_the_service_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A zero total is no receipt unless RECEIPTS_SEND_ZERO_VALUE, as in the webhook."""
+    zero = str(EXAMPLES / "invoice_paid_zero_value.json")
+    assert preview([zero], capsys)[::2] == (1, "receipts preview: no receipt: zero_value\n")
+    assert preview([zero], capsys, RECEIPTS_SEND_ZERO_VALUE="true")[0] == 0
+
+
+def test_a_receipt_that_would_not_add_up_needs_review_with_its_numbers(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """What the worker's first claim would send to review, preview refuses the same way."""
+    event = example("invoice_paid_tax_two_discounts")
+    event["data"]["object"]["total"] = 24500
+    path = tmp_path / "off.json"
+    path.write_text(json.dumps(event))
+    code, out, err = preview([str(path)], capsys)
+    assert (code, out) == (1, "")
+    assert err.startswith("receipts preview: needs review: receipt_does_not_add_up: usd: ")
+    assert "= 24512, but the total is 24500" in err
+
+
+def test_a_thin_event_says_what_to_preview_instead(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A thin notification carries no invoice; preview names the invoice to save."""
+    thin = tmp_path / "thin.json"
+    thin.write_text(
+        json.dumps(
+            {
+                "id": "evt_test_65R",
+                "object": "v2.core.event",
+                "type": "v1.invoice.paid",
+                "related_object": {"id": "in_1Thin", "type": "invoice"},
+            }
+        )
+    )
+    code, _, err = preview([str(thin)], capsys)
+    assert code == 1 and "stripe invoices retrieve in_1Thin > invoice.json" in err
+    invoice = tmp_path / "invoice.json"
+    invoice.write_text(json.dumps(example("invoice_paid")["data"]["object"]))
+    code, out, _ = preview([str(invoice)], capsys)
+    assert code == 0 and "Amount paid: $49.00" in out

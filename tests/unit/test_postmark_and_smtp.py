@@ -201,4 +201,14 @@ def test_the_message_has_a_utc_date_a_stable_message_id_and_auto_submitted() -> 
     assert build_email(KEY, payload())["Message-ID"] == parsed["Message-ID"]
     assert parsed["Auto-Submitted"] == "auto-generated"
     assert parsed["Reply-To"] == "support@shop.example"
-    assert "Content-Language" not in parsed  # the payload does not say its language
+    assert "Content-Language" not in parsed  # this HTML part declares no language
+
+
+@pytest.mark.parametrize(
+    ("root", "language"), [('<html lang="de">', "de"), ('<html lang="pt_BR">', "pt-BR")]
+)
+def test_the_message_says_the_language_its_html_part_declares(root: str, language: str) -> None:
+    """Content-Language (RFC 3282) survives the body being set, which clears Content-* headers."""
+    message = build_email(KEY, payload(html=f"<!doctype html>\n{root}<body>Danke</body></html>"))
+    parsed = email.message_from_bytes(message.as_bytes(), policy=email.policy.default)
+    assert parsed["Content-Language"] == language

@@ -12,8 +12,8 @@
 * ``Auto-Submitted: auto-generated`` (RFC 3834): a receipt is sent by a
   program, so vacation responders and list servers leave it alone.
 
-The payload carries no language field, so no ``Content-Language`` is
-written; the HTML part says its language in ``<html lang>``.
+* ``Content-Language`` (RFC 3282): the language the HTML part declares in
+  its ``<html lang>``, which the templates write from the receipt's locale.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from __future__ import annotations
 import email.policy
 import email.utils
 import hashlib
+import re
 from datetime import UTC, datetime
 from email.message import EmailMessage
 
@@ -30,6 +31,8 @@ from receipts.delivery.answers import json_object
 MESSAGE_KEY_HEADER = "X-Receipts-Message-Key"
 # Where a sender has no usable domain (it never has: EMAIL_FROM is checked).
 FALLBACK_DOMAIN = "receipts.invalid"
+# The language tag of the HTML part's root element (BCP 47 letters, digits, hyphens).
+_HTML_LANG = re.compile(r"<html[^>]*?\slang=\"([A-Za-z]{2,8}(?:-[A-Za-z0-9]{1,8})*)\"", re.IGNORECASE)
 
 
 def message_id(message_key: str, email_from: str) -> str:
@@ -84,7 +87,17 @@ def build_email(
     message.set_content(str(document.get("text", "")))
     if document.get("html"):
         message.add_alternative(str(document["html"]), subtype="html")
+    # After the body: set_content clears every Content-* header it finds.
+    language = content_language(str(document.get("html") or ""))
+    if language:
+        message["Content-Language"] = language
     return message
+
+
+def content_language(html: str) -> str | None:
+    """``de-DE`` for ``<html lang="de_DE">`` or ``<html lang="de-DE">``; None without one."""
+    found = _HTML_LANG.search(html[:2000].replace("_", "-"))
+    return found.group(1) if found else None
 
 
 def envelope(message: EmailMessage) -> tuple[str, list[str]]:

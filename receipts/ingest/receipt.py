@@ -9,6 +9,8 @@ what ingest must store:
   at the first claim (:func:`render_payload`);
 * :class:`UnsendableReceipt`: a paid invoice that cannot yield an email; it
   becomes a ``review`` row so a person sees it, and Stripe is not made to retry.
+  The row keeps what the email would be rendered from, so a person who knows
+  the right address can have it sent there (``receipts review resend --to``).
 
 A malformed event (no invoice id, wrong types where the key comes from) raises
 :class:`MalformedEvent`, which the web layer answers with 400.
@@ -62,6 +64,9 @@ class UnsendableReceipt:
     reason: str
     fingerprint: str
     legacy_fingerprint: str
+    # What the email would be rendered from: kept with the review row, so that
+    # `receipts review resend KEY --to ADDRESS` can send it to a corrected address.
+    render_input: dict[str, Any]
 
 
 Decision = Ignored | ReceiptJob | UnsendableReceipt
@@ -188,7 +193,7 @@ def derive_receipt(
         "api_facts": api_facts_document(api_facts),
     }
     try:
-        facts = _read(key, render_input)
+        facts = read_render_input(render_input)
     except UnusableInvoice as unusable:
         return UnsendableReceipt(
             message_key=key,
@@ -196,6 +201,7 @@ def derive_receipt(
             reason=unusable.reason,
             fingerprint=meaning,
             legacy_fingerprint=legacy,
+            render_input=render_input,
         )
     return ReceiptJob(
         message_key=key,
@@ -215,10 +221,11 @@ def render_payload(key: str, render_input: dict[str, Any], renderer: Renderer) -
     result does not depend on where it runs. Raises UnusableInvoice (or what a
     template raises) if the input cannot make an email.
     """
-    return _render(key, render_input, _read(key, render_input), renderer)
+    return _render(key, render_input, read_render_input(render_input), renderer)
 
 
-def _read(key: str, render_input: dict[str, Any]) -> ReceiptFacts:
+def read_render_input(render_input: dict[str, Any]) -> ReceiptFacts:
+    """The receipt's facts from what ingest stored; UnusableInvoice if no email can be made."""
     invoice = render_input["invoice"]
     lines = (render_input.get("api_facts") or {}).get("all_lines")
     return read_invoice(invoice["id"], invoice, render_input["created"], all_lines=lines)

@@ -99,8 +99,8 @@ def _summary(header: EventHeader, decision: ReceiptJob | UnsendableReceipt) -> I
 
 def _outbox_row(header: EventHeader, decision: ReceiptJob | UnsendableReceipt) -> dict[str, Any]:
     """The parameters of a new outbox row: pending with its email (or what the worker
-    renders it from), or review with its reason, and what support looks it up by
-    (invoice number, customer address, amount)."""
+    renders it from), or review with its reason and what its email would be rendered
+    from, and what support looks it up by (invoice number, customer address, amount)."""
     job = decision if isinstance(decision, ReceiptJob) else None
     return {
         **_summary(header, decision).columns(),
@@ -113,10 +113,17 @@ def _outbox_row(header: EventHeader, decision: ReceiptJob | UnsendableReceipt) -
         "fingerprint": decision.fingerprint,
         "legacy_fingerprint": decision.legacy_fingerprint,
         "payload": _jsonb(job.payload if job else None),
-        "render_input": Json(job.render_input) if job and job.render_input else None,
+        "render_input": _render_input(decision),
         "status": RowStatus.PENDING if job else RowStatus.REVIEW,
         "review_reason": decision.reason if isinstance(decision, UnsendableReceipt) else None,
     }
+
+
+def _render_input(decision: ReceiptJob | UnsendableReceipt) -> Json | None:
+    """What the worker renders the email from: also kept on a review row, for a resend
+    to a corrected address."""
+    document = decision.render_input
+    return Json(document) if document else None
 
 
 def _jsonb(document: dict[str, Any] | None) -> Jsonb | None:

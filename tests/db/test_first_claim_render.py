@@ -24,7 +24,7 @@ from receipts.delivery.worker import WorkerSummary, provider_from_settings, run_
 from receipts.ingest.events import decode_event
 from receipts.ingest.receipt import ReceiptJob, derive_receipt
 from receipts.ingest.rendering import Renderer
-from receipts.operations import review
+from receipts.operations import review_decisions
 from receipts.operations.review import Decider
 from tests import stripe_events
 from tests.fake_provider import FakeProviderClient, running_fake_provider
@@ -170,7 +170,9 @@ def test_an_email_the_templates_cannot_render_goes_to_review_and_the_rest_is_sen
     ).fetchall()
     assert attempt["outcome"] == "review" and attempt["finished_at"] is not None
     assert stored(db, fine)["status"] == "sent"
-    review.retry(db, broken, Decider(performed_by="olga", reason="fixed"), retry_cutoff_hours=23)
+    review_decisions.retry(
+        db, broken, Decider(performed_by="olga", reason="fixed"), retry_cutoff_hours=23
+    )
     assert work(worker_settings).sent == 1  # the shipped templates render it
     [logged] = [r for r in caplog.records if "cannot be rendered" in r.getMessage()]
     assert logged.receipts_fields == {  # type: ignore[attr-defined]

@@ -192,8 +192,5 @@ def _resent_message(key: str, resent: Resent) -> str:
     if resent.rendered_at_first_claim:
         lines.append("  its email is made from the stored invoice when a worker first takes it")
     if resent.settled:
-        lines.append(
-            f"  settled, needing no decision now: {', '.join(resent.settled)} "
-            f"(resent as {resent.new_key})"
-        )
+        lines.append(f"  settled, needing no decision now: {', '.join(resent.settled)}")
     return "\n".join(lines)

@@ -19,6 +19,8 @@ def render(timeline: Timeline) -> str:
     row = timeline.row
     lines = [f"receipt {timeline.message_key}"]
     state = row["status"] + (f" ({row['review_reason']})" if row["review_reason"] else "")
+    if row["status"] == RowStatus.REVIEW and row["resent_as"]:
+        state += ", settled by a resend: needs no decision"
     lines += [
         f"  status        {state}",
         f"  invoice       {_invoice(row)}  account {row['account']}  "

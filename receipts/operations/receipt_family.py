@@ -29,7 +29,7 @@ from receipts import queries
 from receipts.db import Connection
 from receipts.operations.review import Refused, evidence_of_unrecorded_sends
 from receipts.operations.timeline import may_have_been_accepted
-from receipts.vocabulary import ReviewReason, RowStatus
+from receipts.vocabulary import NOT_DELIVERED, ReviewReason, RowStatus
 
 _REVIEW = queries.load("review")
 RESEND_SUFFIX = re.compile(r"/resend-(\d+)\Z")
@@ -189,6 +189,8 @@ def _sent_phrase(family: Family, key: str) -> str:
     sent = f"{key} was sent at {when(row['sent_at'])}"
     if row["provider_id"]:
         sent += f" (provider id {row['provider_id']})"
+    if row["delivery_status"] in NOT_DELIVERED:
+        sent += f", but Resend reported it {row['delivery_status']}: the customer did not get it"
     resolved = family.last_action(key, "resolve")
     if resolved is not None:
         sent += (

@@ -97,13 +97,13 @@ def _overlap(line: Line, row: dict[str, Any]) -> Overlap:
             message_key=key,
             note=f"{key} was dismissed here: receipts sent no email for it; skipped",
         )
-    state = row["status"]
+    state = f"{row['status']} here"
     if row["resent_as"]:
         state = f"resent here as {row['resent_as']}, which is {row['resend_status'] or 'gone'}"
     return Overlap(
         line=line.line,
         message_key=key,
-        note=f"{key} is already {state} here, so the customer could get two receipts; "
+        note=f"{key} is already {state}, so the customer could get two receipts; "
         "decide it first (`receipts show`)",
         blocks=True,
     )

@@ -228,6 +228,19 @@ def test_a_receipt_we_resent_counts_as_ours_and_a_dismissed_one_is_skipped(
     blocked = write(tmp_path, HEADER + "in_1Waiting,platform,live,2026-10-01T12:00:00Z,re_w\n")
     assert main(["import", blocked], environ) == 1
     assert f"line 2: {waiting} is already review here" in capsys.readouterr().err
+    on_its_way = insert_row(db, "in_1OnItsWay", status="review", review_reason="validation_error",
+                            livemode=True)  # fmt: skip
+    insert_row(db, "in_1OnItsWay", key=on_its_way + "/resend-1", livemode=True)
+    db.execute(
+        "UPDATE email_outbox SET resent_as = %s WHERE message_key = %s",
+        (on_its_way + "/resend-1", on_its_way),
+    )
+    blocked = write(tmp_path, HEADER + "in_1OnItsWay,platform,live,2026-10-01T12:00:00Z,re_o\n")
+    assert main(["import", blocked], environ) == 1
+    assert (
+        f"line 2: {on_its_way} is already resent here as {on_its_way}/resend-1, which is pending,"
+        in capsys.readouterr().err
+    )
 
 
 def test_a_key_this_system_is_about_to_send_stops_the_import(

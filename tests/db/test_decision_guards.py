@@ -26,6 +26,7 @@ from receipts.operations.review import Decider, Refused
 from receipts.operations.review_decisions import retry
 from tests import stripe_events
 from tests.fake_provider import FakeProviderClient, running_fake_provider
+from tests.helpers import wait_for
 from tests.outbox_states import Db, actions, insert_attempt, insert_row, row
 from tests.stripe_events import TEST_SECRET, encode, sign
 
@@ -312,6 +313,50 @@ def test_a_second_decision_waits_for_the_first_and_is_refused_naming_it(
     thread.join(timeout=10)
     assert f"{key} was resent as {key}/resend-1" in outcome["bob"] and "by alice" in outcome["bob"]
     assert [a["performed_by"] for a in actions(db, key)] == ["alice"]
+
+
+def test_decisions_on_a_receipt_and_its_resend_at_once_cannot_both_send(
+    database_url: str, db: Db
+) -> None:
+    """The receipt and its resend both in review after a 422: a retry of each, let go at the
+    same moment (both rows held until both decisions wait), must not both win, or the
+    customer would get two emails. The family's lock makes the second wait for the first
+    and see it."""
+    key = insert_row(db, "in_1Both", status="review", review_reason="validation_error")
+    copy = insert_row(
+        db, "in_1Both", key=key + "/resend-1", status="review", review_reason="validation_error"
+    )
+    db.execute("UPDATE email_outbox SET resent_as = %s WHERE message_key = %s", (copy, key))
+    outcomes: dict[str, str] = {}
+
+    def person(target: str) -> None:
+        with psycopg.connect(database_url, row_factory=dict_row) as conn:
+            try:
+                retry(conn, target, Decider(performed_by=target, reason="x"), retry_cutoff_hours=23)
+                outcomes[target] = "retried"
+            except Refused as refused:
+                outcomes[target] = str(refused)
+
+    def waiting() -> int:
+        found = db.execute(
+            "SELECT count(DISTINCT l.pid) AS n FROM pg_locks l JOIN pg_stat_activity a "
+            "USING (pid) WHERE NOT l.granted AND a.datname = current_database()"
+        ).fetchone()
+        return int(found["n"]) if found else 0
+
+    people = [threading.Thread(target=person, args=(target,)) for target in (key, copy)]
+    with psycopg.connect(database_url) as gate, gate.transaction():
+        gate.execute(
+            "SELECT 1 FROM email_outbox WHERE message_key = ANY(%s) FOR UPDATE", ([key, copy],)
+        )
+        for n, thread in enumerate(people, start=1):
+            thread.start()
+            wait_for(lambda n=n: waiting() >= n, 20, "the decision to wait")
+    for thread in people:
+        thread.join(timeout=20)
+    assert sorted(outcome == "retried" for outcome in outcomes.values()) == [False, True]
+    statuses = [row(db, target)["status"] for target in (key, copy)]
+    assert sorted(statuses) == ["pending", "review"]
 
 
 def test_a_worker_never_claims_a_row_a_decision_is_taking_out_of_review(

@@ -348,10 +348,13 @@ class DecisionMachine(RuleBasedStateMachine):
         leave actions behind."""
         keys = self._keys()
         chosen = keys[step.key_index % len(keys)]
-        # The family's keys, those in review twice as likely (as in _keys).
+        # The family's keys, those in review twice as likely (as in _keys); each decision
+        # one place further along them, so a race spans the receipt and its resends.
         relatives = [key for key in keys if family(key) == family(chosen)]
         ids = self._provider_ids()
-        decisions = [choice.made(relatives, ids) for choice in step.choices]
+        decisions = [
+            choice.made(relatives[i:] + relatives[:i], ids) for i, choice in enumerate(step.choices)
+        ]
         actions_before = self._count("operator_actions")
         last_action = self._last_action_id()
         outcomes: dict[int, str | None] = {}

@@ -82,6 +82,13 @@ class ReviewReason(StrEnum):
     DISMISSED = "dismissed"
 
 
+# Review reasons a corrected address fixes: `receipts review resend KEY --to ADDRESS`.
+ADDRESS_REVIEW_REASONS = (
+    ReviewReason.MISSING_CUSTOMER_EMAIL,
+    ReviewReason.INVALID_CUSTOMER_EMAIL,
+)
+
+
 class DeliveryStatus(StrEnum):
     """``email_outbox.delivery_status``, set by the provider's delivery webhooks.
 

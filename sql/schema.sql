@@ -77,6 +77,9 @@ CREATE TABLE email_outbox (
     currency           text,
     delivery_detail    text,
     render_input       json,                    -- what the first claim renders the email from
+    -- the resend (`<key>/resend-N`) that settled this receipt: a review row with
+    -- one needs no person; NULL when none, and again after `review retry`
+    resent_as          text,
     CONSTRAINT review_has_reason CHECK (status <> 'review' OR review_reason IS NOT NULL),
     CONSTRAINT processing_has_lease CHECK (
         status <> 'processing' OR (lease_token IS NOT NULL AND locked_until IS NOT NULL)),
@@ -85,7 +88,13 @@ CREATE TABLE email_outbox (
             ('delayed', 'delivered', 'bounced', 'suppressed', 'failed', 'complained')),
     CONSTRAINT unsent_row_has_email CHECK (
         status NOT IN ('pending', 'processing') OR payload IS NOT NULL
-        OR render_input IS NOT NULL)
+        OR render_input IS NOT NULL),
+    -- a resend key names the receipt it copies: `<key, or the key it resends>/resend-N`
+    CONSTRAINT email_outbox_resent_as_names_a_resend CHECK (
+        resent_as IS NULL
+        OR (resent_as ~ '/resend-[0-9]+$'
+            AND starts_with(resent_as,
+                            regexp_replace(message_key, '/resend-[0-9]+$', '') || '/resend-')))
 );
 
 -- Rows a worker may claim: ready pending rows and processing rows whose lease

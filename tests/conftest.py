@@ -44,6 +44,7 @@ THROUGH_PGBOUNCER = os.environ.get("RECEIPTS_TEST_THROUGH_PGBOUNCER") == "1"
 SERIAL_GROUPS = {
     "tests/processes/faults/": "fault-lab",
     "tests/processes/test_worker_processes.py": "worker-processes",
+    "tests/processes/test_decision_stories.py": "decision-stories",
     "tests/processes/test_dev.py": "embedded-servers",
     "tests/processes/test_embedded.py": "embedded-servers",
 }

@@ -55,7 +55,8 @@ Control API (JSON in, JSON out):
   arrived (``time.time()``, comparable with other processes' wall clocks) and
   its Idempotency-Key, in arrival order: for the payment-to-inbox benchmark.
 * ``POST /_script``: ``{"answers": [ANSWER, ...]}`` queues answers for the
-  next new requests (replays and 409s do not use them). ANSWER fields, all
+  next new requests (replays and 409s do not use them); with ``"replace":
+  true`` they replace the answers still queued. ANSWER fields, all
   optional: ``status`` (default 200), ``name`` (error name), ``headers``
   (extra response headers, e.g. ``{"Retry-After": "2"}``), ``delay`` (seconds
   before answering, nothing delivered meanwhile), ``hold`` (seconds to wait
@@ -284,8 +285,10 @@ class FakeResend:
         with self._lock:
             self._clock_offset += seconds
 
-    def script(self, answers: list[dict[str, Any]]) -> None:
+    def script(self, answers: list[dict[str, Any]], *, replace: bool = False) -> None:
         with self._lock:
+            if replace:
+                self._answers.clear()
             self._answers.extend(_Answer(**answer) for answer in answers)
 
     def configure(self, settings: dict[str, Any]) -> None:
@@ -576,7 +579,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         command = json.loads(body or b"{}")
         if self.path == "/_script":
-            fake.script(command.get("answers", []))
+            fake.script(command.get("answers", []), replace=bool(command.get("replace")))
         elif self.path == "/_config":
             fake.configure(command)
         elif self.path == "/_clock":
@@ -646,6 +649,10 @@ class FakeProviderClient:
 
     def script(self, *answers: dict[str, Any]) -> None:
         self._post("/_script", {"answers": list(answers)})
+
+    def clear_script(self) -> None:
+        """Forget the queued answers no request has used yet."""
+        self._post("/_script", {"answers": [], "replace": True})
 
     def configure(self, **settings: Any) -> None:
         self._post("/_config", settings)

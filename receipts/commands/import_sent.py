@@ -2,7 +2,9 @@
 
 Columns ``invoice_id,account,mode,sent_at,provider_id`` with that header.
 All or nothing: malformed lines are all reported by number (exit 1) and
-nothing is stored. Keys already recorded as sent are skipped and listed.
+nothing is stored. Keys already here are skipped and listed with what they
+are; a receipt this system sent that the file says the earlier sender sent
+under another provider id was sent twice: listed, and the exit code is 1.
 """
 
 from __future__ import annotations
@@ -59,16 +61,25 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
             file=sys.stderr,
         )
         return 1
-    for line, key in report.skipped:
-        print(f"{args.file}: line {line}: {key} is already recorded as sent; skipped")
+    for overlap in report.already_here:
+        print(f"{args.file}: line {overlap.line}: {overlap.note}")
+    twice = report.sent_twice
     log_fields(
         log,
         "import",
         file=args.file.name,
         imported=len(report.imported),
-        skipped=len(report.skipped),
+        skipped=len(report.already_here),
+        sent_twice=len(twice),
     )
-    print(f"imported {len(report.imported)} sent receipt(s), skipped {len(report.skipped)}")
+    print(f"imported {len(report.imported)} sent receipt(s), skipped {len(report.already_here)}")
+    if twice:
+        print(
+            f"receipts import: {len(twice)} receipt(s) sent twice, by receipts and by the earlier "
+            "sender: the customers above got two (recorded on each; `receipts show KEY`)",
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 

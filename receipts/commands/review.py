@@ -1,35 +1,32 @@
 """``receipts review list|resolve|retry|resend|dismiss``: decide what a person must.
 
 Every decision takes ``--reason`` and records who (``--by``, default the OS
-user), when and why in ``operator_actions``. A decision that does not apply to
-the receipt's state is refused with exit 1 and changes nothing.
+user), when and why in ``operator_actions``. A decision is a guarded
+transition (docs/architecture.md, "Operator decisions"): one that does not
+apply to the receipt's state, or would risk a second email the person did not
+accept (``--accept-duplicate-risk``), or acts on a dismissed receipt without
+``--undo-dismiss``, is refused with exit 1, says what changed and when, and
+changes nothing.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any
 
 from receipts.commands import database_settings
+from receipts.commands.review_list import print_list
 from receipts.db import Connection, connect
-from receipts.formatting import duration, iso, money
+from receipts.formatting import iso
 from receipts.logs import log_fields
+from receipts.operations.duplicate_risk import RISK_FLAG, UNDO_DISMISS_FLAG
 from receipts.operations.operator_input import ECHO_LIMIT, InvalidInput, parse_sent_at, shown
-from receipts.operations.resending import resend
-from receipts.operations.review import (
-    Decider,
-    Refused,
-    dismiss,
-    list_review,
-    operator_name,
-    resolve,
-    retry,
-)
+from receipts.operations.resending import Resent, resend
+from receipts.operations.review import Decider, Refused, count_settled, list_review, operator_name
+from receipts.operations.review_decisions import dismiss, resolve, retry
 from receipts.operations.timeline import names_message_key
 
 log = logging.getLogger(__name__)
@@ -39,7 +36,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
     listing = actions.add_parser("list", help="receipts waiting for a decision")
     listing.add_argument("--reason", help="only this review reason (e.g. attempts_exhausted)")
-    listing.add_argument("--all", action="store_true", help="include dismissed receipts")
+    listing.add_argument(
+        "--all", action="store_true", help="include settled receipts (dismissed, resent)"
+    )
     listing.add_argument("--json", action="store_true", help="print one JSON document")
 
     found = _decision(actions, "resolve", "it was sent: record the provider's id, mark sent")
@@ -48,16 +47,24 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--sent-at",
         help="when it was sent, ISO 8601 with offset, 2000-01-01 to now (default now)",
     )
+    _risk_flag(found, "another email of this receipt was sent too, and you want that recorded")
+    _undo_flag(found)
     again = _decision(actions, "retry", "send it again under the same key, fresh retry window")
-    again.add_argument(
-        "--accept-duplicate-risk",
-        action="store_true",
-        help="you checked the provider's logs: retry with a fresh window even though an "
-        "earlier attempt may have reached the provider",
+    _risk_flag(
+        again,
+        "you checked the provider's logs: retry even though an earlier attempt, or another "
+        "email of this receipt (a resend), may have reached the customer",
     )
-    copy = _decision(actions, "resend", "send a deliberate second email under a new key")
-    copy.add_argument("--to", help="send the copy to this address instead")
-    _decision(actions, "dismiss", "no email will be sent for it")
+    _undo_flag(again)
+    copy = _decision(actions, "resend", "send a deliberate new email under a new key")
+    copy.add_argument(
+        "--to",
+        metavar="ADDRESS",
+        help="send it to this address instead (also for a receipt whose invoice had none)",
+    )
+    _risk_flag(copy, "the customer may already have one (it was sent, or may have been)")
+    _undo_flag(copy)
+    _decision(actions, "dismiss", "no email will be sent for it (final)")
 
 
 def _decision(
@@ -70,12 +77,25 @@ def _decision(
     return parser
 
 
+def _risk_flag(parser: argparse.ArgumentParser, when: str) -> None:
+    parser.add_argument(RISK_FLAG, action="store_true", help=f"go ahead although {when}")
+
+
+def _undo_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        UNDO_DISMISS_FLAG,
+        action="store_true",
+        help="the receipt was dismissed: undo that (recorded with the decision)",
+    )
+
+
 def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     settings, database_url = database_settings(environ)
     if args.action == "list":
         with connect(database_url) as conn:
-            rows = list_review(conn, reason=args.reason, include_dismissed=args.all)
-        _print_list(rows, as_json=args.json)
+            rows = list_review(conn, reason=args.reason, include_settled=args.all)
+            settled = count_settled(conn, reason=args.reason)
+        print_list(rows, settled, as_json=args.json)
         return 0
     try:
         _check_decision_arguments(args)
@@ -108,6 +128,8 @@ def _check_decision_arguments(args: argparse.Namespace) -> None:
         )
     if args.action == "resolve" and not args.provider_id.strip():
         raise InvalidInput("--provider-id must not be empty")
+    if args.action == "resend" and args.to is not None and not args.to.strip():
+        raise InvalidInput("--to must be an email address (it is blank)")
 
 
 def _sent_at(args: argparse.Namespace) -> datetime | None:
@@ -126,8 +148,17 @@ def _decide(
 ) -> str:
     key = args.key
     if args.action == "resolve":
-        resolve(conn, key, decider, provider_id=args.provider_id.strip(), sent_at=sent_at)
-        return f"{key}: marked sent (provider id {args.provider_id.strip()})"
+        provider_id = args.provider_id.strip()
+        resolve(
+            conn,
+            key,
+            decider,
+            provider_id=provider_id,
+            sent_at=sent_at,
+            accept_duplicate_risk=args.accept_duplicate_risk,
+            undo_dismiss=args.undo_dismiss,
+        )
+        return f"{key}: marked sent (provider id {provider_id})"
     if args.action == "retry":
         window = retry(
             conn,
@@ -135,112 +166,31 @@ def _decide(
             decider,
             retry_cutoff_hours=retry_cutoff_hours,
             accept_duplicate_risk=args.accept_duplicate_risk,
+            undo_dismiss=args.undo_dismiss,
         )
         note = (
             f"; retry window counts from the uncertain attempt at {iso(window)}" if window else ""
         )
         return f"{key}: back to pending{note}"
     if args.action == "resend":
-        new_key = resend(conn, key, decider, to=args.to)
-        return f"{key}: resend queued as {new_key}"
-    dismiss(conn, key, decider)
-    return f"{key}: dismissed, no email will be sent"
-
-
-def _evidence_offer(row: dict[str, Any]) -> list[str]:
-    """Resend reported sending it: offer to resolve it with the email's id."""
-    lines = []
-    for send in row["evidence"]:
-        email_id, accepted_at = send["email_id"], iso(send["accepted_at"])
-        lines += [
-            f"    Resend accepted it at {accepted_at} as email {email_id}; resolve with this id?",
-            f"      receipts review resolve {row['message_key']} --provider-id {email_id} "
-            f"--sent-at {accepted_at} --reason 'Resend reported it sent'",
-        ]
-    if len(row["evidence"]) > 1:
-        lines.append("    ! more than one email carries its tag: check Resend's logs for both")
-    return lines
-
-
-def _print_list(rows: list[dict[str, Any]], *, as_json: bool) -> None:
-    if as_json:
-        print(json.dumps([_list_entry(row) for row in rows], indent=2, default=str))
-        return
-    if not rows:
-        print("no receipts in review")
-        return
-    for row in rows:
-        print(
-            f"{row['message_key']}  {row['review_reason']}  age {duration(row['age_seconds'])}  "
-            f"attempts {row['attempts']}{_list_flags(row)}"
+        resent = resend(
+            conn,
+            key,
+            decider,
+            to=args.to.strip() if args.to is not None else None,
+            accept_duplicate_risk=args.accept_duplicate_risk,
+            undo_dismiss=args.undo_dismiss,
         )
-        print(f"    {_invoice_line(row)}")
-        said = _provider_said(row)
-        if said:
-            print(f"    provider said: {said}")
-        elif row["last_error"]:
-            print(f"    last error: {row['last_error']}")
-        for line in _evidence_offer(row):
-            print(line)
-    print(f"{len(rows)} receipt(s)")
+        return _resent_message(key, resent)
+    dismiss(conn, key, decider)
+    return f"{key}: dismissed, no email will be sent for it"
 
 
-def _invoice_line(row: dict[str, Any]) -> str:
-    """``invoice ACME-0102  $19.99  to jenny@example.com``: what support knows it by."""
-    parts = [row["invoice_number"] or row["invoice_id"], money(row["amount"], row["currency"])]
-    customer = row["customer_email"] or "no address"
-    return f"invoice {'  '.join(part for part in parts if part)}  to {customer}"
-
-
-def _list_flags(row: dict[str, Any]) -> str:
-    flags = []
-    if not row["has_email"]:
-        flags.append("no email could be made")
-    if row["abandoned_attempt"]:
-        flags.append("has an attempt that never finished")
-    if row["provider_reported_send"]:
-        flags.append("the provider reported sending it: see `receipts show`")
-    return f"  [{'; '.join(flags)}]" if flags else ""
-
-
-def _provider_said(row: dict[str, Any]) -> str | None:
-    """``HTTP 422 validation_error: "Invalid `to` field…"``: the provider's last answer."""
-    parts = []
-    if row["last_http_status"] is not None:
-        parts.append(f"HTTP {row['last_http_status']}")
-    if row["last_provider_error"]:
-        parts.append(row["last_provider_error"])
-    said = " ".join(parts)
-    if row["last_provider_message"]:
-        said += f": {json.dumps(row['last_provider_message'], ensure_ascii=False)}"
-    return said or None
-
-
-def _list_entry(row: dict[str, Any]) -> dict[str, Any]:
-    """The JSON of one row: what the text shows, under stable names."""
-    return {
-        "message_key": row["message_key"],
-        "review_reason": row["review_reason"],
-        "age_seconds": round(row["age_seconds"], 1),
-        "attempts": row["attempts"],
-        "invoice_id": row["invoice_id"],
-        "invoice_number": row["invoice_number"],
-        "customer_email": row["customer_email"],
-        "amount": row["amount"],
-        "currency": row["currency"],
-        "amount_display": money(row["amount"], row["currency"]),
-        "last_error": row["last_error"],
-        "provider_http_status": row["last_http_status"],
-        "provider_error": row["last_provider_error"],
-        "provider_message": row["last_provider_message"],
-        "has_email": row["has_email"],
-        "abandoned_attempt": row["abandoned_attempt"],
-        "provider_reported_send": row["provider_reported_send"],
-        "evidence": [
-            {"email_id": send["email_id"], "accepted_at": str(send["accepted_at"])}
-            for send in row["evidence"]
-        ],
-        "created_at": row["created_at"],
-        "updated_at": row["updated_at"],
-        "first_attempt_at": row["first_attempt_at"],
-    }
+def _resent_message(key: str, resent: Resent) -> str:
+    """``KEY: resend queued as KEY/resend-1 to ADDRESS; …``: what was queued and settled."""
+    lines = [f"{key}: resend queued as {resent.new_key} to {resent.recipient}"]
+    if resent.rendered_at_first_claim:
+        lines.append("  its email is made from the stored invoice when a worker first takes it")
+    if resent.settled:
+        lines.append(f"  settled, needing no decision now: {', '.join(resent.settled)}")
+    return "\n".join(lines)

@@ -3,7 +3,7 @@
 Exit codes, so the command can run as a platform health check:
 
 * 0: nothing needs a person;
-* 1: a receipt is in ``review`` (dismissed ones excepted), the oldest ready
+* 1: a receipt is in ``review`` (dismissed and resent ones excepted), the oldest ready
   ``pending`` row has waited longer than ``--max-pending-age`` (default
   ``RECEIPTS_MAX_PENDING_AGE`` seconds, 15 minutes unless set), sending is
   paused by a quota, the provider is failing (its recent answers are all
@@ -172,7 +172,7 @@ def render(
     reasons = ", ".join(f"{reason} {n}" for reason, n in status.review_by_reason.items())
     lines.append(
         f"review          {status.open_review} open{': ' + reasons if reasons else ''}"
-        f" ({status.dismissed} dismissed)"
+        f" ({status.dismissed} dismissed, {status.resent} resent)"
     )
     lines.append(
         f"last 24 h       lease recoveries {status.lease_recoveries_24h}, "

@@ -12,13 +12,15 @@ from typing import Any
 
 from receipts.formatting import iso, money
 from receipts.operations.timeline import Timeline, unrecorded_sends
-from receipts.vocabulary import NOT_DELIVERED, ReviewReason, RowStatus
+from receipts.vocabulary import ADDRESS_REVIEW_REASONS, NOT_DELIVERED, ReviewReason, RowStatus
 
 
 def render(timeline: Timeline) -> str:
     row = timeline.row
     lines = [f"receipt {timeline.message_key}"]
     state = row["status"] + (f" ({row['review_reason']})" if row["review_reason"] else "")
+    if row["status"] == RowStatus.REVIEW and row["resent_as"]:
+        state += ", settled by a resend: needs no decision"
     lines += [
         f"  status        {state}",
         f"  invoice       {_invoice(row)}  account {row['account']}  "
@@ -42,6 +44,7 @@ def render(timeline: Timeline) -> str:
         lines.append(f"  customer      {row['customer_email']} (as the invoice gave it)")
     if row["last_error"]:
         lines.append(f"  last error    {row['last_error']}")
+    lines += _resend_lines(timeline)
     lines += _decision_hint(timeline)
     lines += _second_email_hint(timeline)
     lines += _section("stripe events", timeline.events, _event_line)
@@ -61,13 +64,57 @@ def _invoice(row: dict[str, Any]) -> str:
     return f"{row['invoice_id']} ({details})" if details else row["invoice_id"]
 
 
+def _resend_lines(timeline: Timeline) -> list[str]:
+    """``resent as KEY/resend-1 (sent …) by alice at …``, and ``resend of KEY by …``."""
+    row = timeline.row
+    lines = []
+    if row["resent_as"]:
+        by = _by(timeline, "resend", lambda d: d.get("new_key") == row["resent_as"])
+        lines.append(f"  resent as     {row['resent_as']} ({_resend_progress(row)}){by}")
+    created = [a for a in timeline.actions if a["action"] == "resend_created"]
+    if created:
+        first = created[0]
+        lines.append(
+            f"  resend of     {first['details'].get('resend_of')} by {first['performed_by']} "
+            f"at {iso(first['performed_at'])}"
+        )
+    return lines
+
+
+def _by(timeline: Timeline, action: str, matches: Any) -> str:
+    found = [a for a in timeline.actions if a["action"] == action and matches(a["details"])]
+    if not found:
+        return ""
+    return f" by {found[-1]['performed_by']} at {iso(found[-1]['performed_at'])}"
+
+
+def _resend_progress(row: dict[str, Any]) -> str:
+    status = row["resend_status"]
+    if status is None:
+        return "no longer stored"
+    if status == RowStatus.SENT:
+        return f"sent {iso(row['resend_sent_at'])}, provider id {row['resend_provider_id']}"
+    if status == RowStatus.REVIEW:
+        return f"in review: {row['resend_review_reason']}"
+    return str(status)
+
+
 def _decision_hint(timeline: Timeline) -> list[str]:
     """For an open review row: the commands, and whether the provider may have it."""
     row = timeline.row
-    if row["status"] != RowStatus.REVIEW or row["review_reason"] == ReviewReason.DISMISSED:
+    if (
+        row["status"] != RowStatus.REVIEW
+        or row["review_reason"] == ReviewReason.DISMISSED
+        or row["resent_as"]
+    ):
         return []
     hint = [f"  decide        receipts review resolve|retry|resend|dismiss {row['message_key']} "
             "--reason …"]  # fmt: skip
+    if row["review_reason"] in ADDRESS_REVIEW_REASONS and row["has_render_input"]:
+        hint.append(
+            f"  fix address   receipts review resend {row['message_key']} --to ADDRESS "
+            "--reason … (sends the receipt there, and only there)"
+        )
     if any(a["uncertain"] and a["beyond_key_window"] for a in timeline.attempts):
         hint.append(
             "  ! an attempt that may have reached the provider is older than its 24 h "

@@ -98,9 +98,10 @@ def _summary(header: EventHeader, decision: ReceiptJob | UnsendableReceipt) -> I
 
 
 def _outbox_row(header: EventHeader, decision: ReceiptJob | UnsendableReceipt) -> dict[str, Any]:
-    """The parameters of a new outbox row: pending with what the worker renders its
-    email from, or review with its reason, and what support looks it up by
-    (invoice number, customer address, amount)."""
+    """The parameters of a new outbox row: pending, or review with its reason, both with
+    what the worker renders the email from (a review row keeps it for a resend to a
+    corrected address), and what support looks it up by (invoice number, customer
+    address, amount)."""
     job = decision if isinstance(decision, ReceiptJob) else None
     return {
         **_summary(header, decision).columns(),
@@ -112,7 +113,7 @@ def _outbox_row(header: EventHeader, decision: ReceiptJob | UnsendableReceipt) -
         "event_id": header.event_id,
         "fingerprint": decision.fingerprint,
         "legacy_fingerprint": decision.legacy_fingerprint,
-        "render_input": Json(job.render_input) if job else None,
+        "render_input": Json(decision.render_input),
         "status": RowStatus.PENDING if job else RowStatus.REVIEW,
         "review_reason": decision.reason if isinstance(decision, UnsendableReceipt) else None,
     }

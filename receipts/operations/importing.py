@@ -7,9 +7,11 @@ key taken and queues nothing: ingest treats any event for an imported row
 (fingerprint ``imported:…``) as a duplicate.
 
 All or nothing: every malformed line is reported by number and nothing is
-stored. A key already present as ``sent`` is skipped and reported; a key
-present in any other state (this system is about to send it, or a person must
-decide) stops the import, because the customer would get two receipts. The
+stored. A key already present is skipped and reported for what it is
+(:mod:`receipts.operations.import_overlap`): imported before, sent by
+receipts itself (and *sent twice* when the file names another provider id),
+or dismissed; a key this system is about to send, or a person must decide,
+stops the import, because the customer would get two receipts. The
 statements are in ``receipts/queries/imports.sql``; why an imported key turns
 every later event into a duplicate is in ``docs/architecture.md``.
 """
@@ -27,9 +29,10 @@ from datetime import UTC, datetime
 from receipts import queries
 from receipts.db import Connection
 from receipts.message_keys import INVOICE_PAID, InvalidMessageKey, message_key
+from receipts.operations.import_overlap import Line, Overlap, overlaps
 from receipts.operations.operator_input import parse_sent_at, shown
 from receipts.operations.review import Decider
-from receipts.vocabulary import IMPORTED_FINGERPRINT_PREFIX, RowStatus
+from receipts.vocabulary import IMPORTED_FINGERPRINT_PREFIX
 
 _IMPORTS = queries.load("imports")
 
@@ -63,7 +66,12 @@ class SentReceipt:
 @dataclass(frozen=True, kw_only=True)
 class ImportReport:
     imported: list[str]
-    skipped: list[tuple[int, str]]  # (line, key) already recorded as sent
+    already_here: list[Overlap]  # lines whose key had a row: skipped, each with why
+
+    @property
+    def sent_twice(self) -> list[Overlap]:
+        """Receipts this system sent that the file says the earlier sender sent too."""
+        return [overlap for overlap in self.already_here if overlap.sent_twice]
 
 
 def parse_csv(text: str, *, now: datetime | None = None) -> list[SentReceipt]:
@@ -171,7 +179,7 @@ def import_sent(
             },
         )
     }
-    skipped = _check_existing(conn, receipts, inserted)
+    found = _check_existing(conn, receipts, inserted, decider, source)
     conn.execute(
         _IMPORTS["record_import_actions"],
         {
@@ -183,29 +191,25 @@ def import_sent(
     )
     return ImportReport(
         imported=[r.message_key for r in receipts if r.message_key in inserted],
-        skipped=skipped,
+        already_here=found,
     )
 
 
 def _check_existing(
-    conn: Connection, receipts: list[SentReceipt], inserted: set[str]
-) -> list[tuple[int, str]]:
-    """Keys that were already there: fine if sent, a stop otherwise."""
-    line_of = {r.message_key: r.line for r in receipts if r.message_key not in inserted}
-    if not line_of:
-        return []
-    existing = conn.execute(_IMPORTS["statuses_of_keys"], {"keys": list(line_of)}).fetchall()
-    blocking = sorted(
-        (line_of[row["message_key"]], row["message_key"], row["status"])
-        for row in existing
-        if row["status"] != RowStatus.SENT
-    )
+    conn: Connection,
+    receipts: list[SentReceipt],
+    inserted: set[str],
+    decider: Decider,
+    source: str,
+) -> list[Overlap]:
+    """Keys that were already here: each said for what it is; a stop when one is on its way."""
+    lines = [
+        Line(line=r.line, message_key=r.message_key, sent_at=r.sent_at, provider_id=r.provider_id)
+        for r in receipts
+        if r.message_key not in inserted
+    ]
+    found = overlaps(conn, lines, decider, source=source)
+    blocking = [overlap for overlap in found if overlap.blocks]
     if blocking:
-        raise ImportRejected(
-            [
-                f"line {line}: {key} is already {status} here, so the customer could get two "
-                "receipts; decide it first (`receipts show`)"
-                for line, key, status in blocking
-            ]
-        )
-    return sorted((line_of[row["message_key"]], row["message_key"]) for row in existing)
+        raise ImportRejected([f"line {overlap.line}: {overlap.note}" for overlap in blocking])
+    return found

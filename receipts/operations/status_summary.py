@@ -57,8 +57,9 @@ class Status:
     oldest_pending_age_seconds: float | None
     closest_to_cutoff_key: str | None
     retry_cutoff_remaining_seconds: float | None
-    review_by_reason: dict[str, int]
+    review_by_reason: dict[str, int]  # open review rows: neither dismissed nor resent
     dismissed: int
+    resent: int  # review rows a resend settled: its email carries theirs
     lease_recoveries_24h: int
     abandoned_attempts: int
     conflicts_24h: int
@@ -72,7 +73,7 @@ class Status:
 
     @property
     def open_review(self) -> int:
-        """Review rows that still need a person (dismissed ones do not)."""
+        """Review rows that still need a person (dismissed and resent ones do not)."""
         return sum(self.review_by_reason.values())
 
     @property
@@ -95,10 +96,13 @@ def read_status(conn: Connection, *, retry_cutoff_hours: float) -> Status:
     counts = dict.fromkeys((status.value for status in RowStatus), 0)
     for row in conn.execute(_REPORTS["count_rows_by_status"]):
         counts[row["status"]] = row["n"]
-    reasons = {
-        row["review_reason"]: row["n"]
-        for row in conn.execute(_REPORTS["count_review_rows_by_reason"])
-    }
+    reasons: dict[str, int] = {}
+    resent = 0
+    for row in conn.execute(_REPORTS["count_review_rows_by_reason"]):
+        if row["resent"]:
+            resent += row["n"]
+        else:
+            reasons[row["review_reason"]] = row["n"]
     dismissed = reasons.pop(ReviewReason.DISMISSED, 0)
     ages = _one(conn, _REPORTS["oldest_ready_pending_age"])
     cutoff = _one(
@@ -118,6 +122,7 @@ def read_status(conn: Connection, *, retry_cutoff_hours: float) -> Status:
         retry_cutoff_remaining_seconds=cutoff["remaining"] if cutoff else None,
         review_by_reason=reasons,
         dismissed=dismissed,
+        resent=resent,
         lease_recoveries_24h=recent.get("lease_recoveries", 0),
         abandoned_attempts=recent.get("abandoned", 0),
         conflicts_24h=recent.get("conflicts", 0),

@@ -33,6 +33,17 @@ SELECT message_key, 'import', %(performed_by)s, %(reason)s,
 FROM import_rows
 WHERE message_key = ANY(%(keys)s)
 
--- name: statuses_of_keys
--- The status of each given key that has a row.
-SELECT message_key, status FROM email_outbox WHERE message_key = ANY(%(keys)s)
+-- name: existing_receipts
+-- Each given key that has a row: its state, whether an import recorded it (fingerprint prefix given), when and under which provider id it was sent, and the resend that settled it with how far that got.
+SELECT o.message_key, o.status, o.review_reason, o.provider_id, o.sent_at,
+       starts_with(o.fingerprint, %(imported_prefix)s) AS imported,
+       o.resent_as, r.status AS resend_status, r.provider_id AS resend_provider_id,
+       r.sent_at AS resend_sent_at
+FROM email_outbox o
+LEFT JOIN email_outbox r ON r.message_key = o.resent_as
+WHERE o.message_key = ANY(%(keys)s)
+
+-- name: record_sent_twice
+-- One import_found_sent_twice action on a receipt this system sent that the file says the earlier sender sent too, with both sends.
+INSERT INTO operator_actions (message_key, action, performed_by, reason, details)
+VALUES (%(key)s, 'import_found_sent_twice', %(performed_by)s, %(reason)s, %(details)s)

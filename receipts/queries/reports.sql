@@ -24,12 +24,12 @@ SET LOCAL statement_timeout = 3000
 SELECT status, count(*) AS n FROM email_outbox GROUP BY status
 
 -- name: count_review_rows_by_reason
--- One count per review reason of rows in review, dismissed ones included, ordered by reason.
-SELECT review_reason, count(*) AS n
+-- One count per review reason of rows in review, dismissed ones included, and apart from them per reason the rows a resend settled (resent), ordered by reason.
+SELECT review_reason, resent_as IS NOT NULL AS resent, count(*) AS n
 FROM email_outbox
 WHERE status = 'review'
-GROUP BY review_reason
-ORDER BY review_reason
+GROUP BY review_reason, resent_as IS NOT NULL
+ORDER BY review_reason, resent
 
 -- name: oldest_ready_pending_age
 -- Seconds the oldest ready pending row has waited; NULL when no pending row is ready.
@@ -222,14 +222,18 @@ WHERE message_key IS NULL AND lower(customer_email) = lower(%(email)s)
 ORDER BY first_received_at DESC, event_id
 
 -- name: timeline_row
--- One receipt's row without its frozen email: of the payload, only the recipients.
-SELECT message_key, purpose, account, livemode, invoice_id, source_event_id, status,
-       review_reason, attempts, available_at, created_at, updated_at, first_attempt_at,
-       locked_until, lease_token, provider_id, sent_at, last_error, delivery_status,
-       delivery_status_at, delivery_detail, invoice_number, customer_email, amount, currency, fingerprint,
-       payload -> 'to' AS recipients
-FROM email_outbox
-WHERE message_key = %(key)s
+-- One receipt's row without its frozen email (of the payload, only the recipients), with how far the resend that settled it got.
+SELECT o.message_key, o.purpose, o.account, o.livemode, o.invoice_id, o.source_event_id,
+       o.status, o.review_reason, o.attempts, o.available_at, o.created_at, o.updated_at,
+       o.first_attempt_at, o.locked_until, o.lease_token, o.provider_id, o.sent_at,
+       o.last_error, o.delivery_status, o.delivery_status_at, o.delivery_detail,
+       o.invoice_number, o.customer_email, o.amount, o.currency, o.fingerprint,
+       o.payload -> 'to' AS recipients, o.render_input IS NOT NULL AS has_render_input,
+       o.resent_as, r.status AS resend_status, r.sent_at AS resend_sent_at,
+       r.provider_id AS resend_provider_id, r.review_reason AS resend_review_reason
+FROM email_outbox o
+LEFT JOIN email_outbox r ON r.message_key = o.resent_as
+WHERE o.message_key = %(key)s
 
 -- name: timeline_payload
 -- One receipt's frozen email (recipients, body, invoice link), read only when asked for.

@@ -54,6 +54,9 @@ class UnsendableReceipt:
     reason: str
     fingerprint: str
     legacy_fingerprint: str
+    # What the email would be rendered from: kept with the review row, so that
+    # `receipts review resend KEY --to ADDRESS` can send it to a corrected address.
+    render_input: dict[str, Any]
     purpose: str = INVOICE_PAID
 
 
@@ -127,6 +130,7 @@ def derive_receipt(
             reason=unusable.reason,
             fingerprint=meaning,
             legacy_fingerprint=legacy,
+            render_input=render_input,
         )
     return ReceiptJob(
         message_key=key,

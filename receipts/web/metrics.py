@@ -165,14 +165,19 @@ def _status_metrics(status: Status, cutoff_hours: float) -> list[Metric]:
         _labelled("receipts_outbox_rows", "Outbox rows by status.", "status", status.counts),
         _labelled(
             "receipts_review_rows",
-            'Review rows by reason; reason="dismissed" needs nobody.',
+            'Review rows by reason, resent ones excepted; reason="dismissed" needs nobody.',
             "reason",
             {**status.review_by_reason, ReviewReason.DISMISSED.value: status.dismissed},
         ),
         _gauge(
             "receipts_review_open_rows",
-            "Review rows that need a person (dismissed ones excluded).",
+            "Review rows that need a person (dismissed and resent ones excluded).",
             status.open_review,
+        ),
+        _gauge(
+            "receipts_review_resent_rows",
+            "Review rows a resend settled (its email carries theirs); they need nobody.",
+            status.resent,
         ),
         _gauge(
             "receipts_outbox_oldest_pending_age_seconds",

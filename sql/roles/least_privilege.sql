@@ -31,8 +31,9 @@
 --     rows, but only new ones as ingest makes them (row-level security on
 --     email_outbox): `pending` with a frozen email whose one recipient is the
 --     row's customer_email and whose Resend tag names the row's key, or
---     `review` with a reason and no email; the key must be
---     account/mode/invoice/purpose of the row itself. It cannot write any
+--     `review` with a reason and no email (but what it would be rendered
+--     from); the key must be account/mode/invoice/purpose of the row
+--     itself. It cannot write any
 --     other column (attempts, lease, provider id, sent_at, delivery status)
 --     when creating a row, so it cannot create a `sent` or `processing` row.
 --   * thin event notifications: store them, count redeliveries, note failed
@@ -125,7 +126,7 @@ GRANT INSERT (message_key, purpose, account, livemode, invoice_id, source_event_
     ON email_outbox TO :"web";
 GRANT SELECT (message_key, invoice_id, fingerprint, status, review_reason, available_at,
               first_attempt_at, lease_token, locked_until, provider_id, sent_at,
-              delivery_status, delivery_status_at, delivery_detail, created_at)
+              delivery_status, delivery_status_at, delivery_detail, created_at, resent_as)
     ON email_outbox TO :"web";
 -- web: thin event notifications (stored, then resolved once their invoice is fetched)
 GRANT SELECT, INSERT ON stripe_thin_events TO :"web";
@@ -169,7 +170,7 @@ GRANT INSERT (message_key, purpose, account, livemode, invoice_id, source_event_
     ON email_outbox TO :"operator";
 GRANT UPDATE (status, review_reason, provider_id, sent_at, attempts, first_attempt_at,
               available_at, lease_token, locked_until, updated_at,
-              delivery_status, delivery_status_at, delivery_detail)
+              delivery_status, delivery_status_at, delivery_detail, resent_as)
     ON email_outbox TO :"operator";
 GRANT INSERT ON stripe_events TO :"operator";
 GRANT UPDATE (deliveries, last_received_at, source) ON stripe_events TO :"operator";
@@ -215,7 +216,9 @@ CREATE POLICY receipts_web_creates ON email_outbox FOR INSERT TO :"web" WITH CHE
         -- the email is rendered at the first claim, to this customer_email
         OR (status = 'pending' AND review_reason IS NULL AND payload IS NULL
             AND render_input IS NOT NULL AND customer_email IS NOT NULL)
-        OR (status = 'review' AND payload IS NULL AND render_input IS NULL
+        -- a paid invoice that cannot become an email: what it would be rendered
+        -- from is kept for a resend to a corrected address (receipts review resend --to)
+        OR (status = 'review' AND payload IS NULL
             AND review_reason IS NOT NULL AND review_reason <> 'dismissed')));
 -- Delivery status: the only column of an existing row the web role may
 -- change (column grants), and only on sent rows; any other row is refused.

@@ -25,7 +25,7 @@ from receipts.delivery.configured import provider_from_settings
 from receipts.delivery.summary import WorkerSummary
 from receipts.delivery.worker import run_worker
 from receipts.ingest.verification import decode_event
-from receipts.operations import review
+from receipts.operations import review_decisions
 from receipts.operations.review import Decider
 from receipts.receipt.derivation import ReceiptJob, derive_receipt
 from receipts.receipt.payload import render_payload
@@ -175,7 +175,9 @@ def test_an_email_the_templates_cannot_render_goes_to_review_and_the_rest_is_sen
     ).fetchall()
     assert attempt["outcome"] == "review" and attempt["finished_at"] is not None
     assert stored(db, fine)["status"] == "sent"
-    review.retry(db, broken, Decider(performed_by="olga", reason="fixed"), retry_cutoff_hours=23)
+    review_decisions.retry(
+        db, broken, Decider(performed_by="olga", reason="fixed"), retry_cutoff_hours=23
+    )
     assert work(worker_settings).sent == 1  # the shipped templates render it
     [logged] = [r for r in caplog.records if "cannot be rendered" in r.getMessage()]
     assert logged.receipts_fields == {  # type: ignore[attr-defined]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +10,11 @@ import pytest
 from flask.testing import FlaskClient
 
 from receipts.cli import main
+from receipts.config import load_settings
+from receipts.delivery.configured import provider_from_settings
+from receipts.delivery.worker import run_worker
 from tests import stripe_events
+from tests.fake_provider import running_fake_provider
 from tests.outbox_states import Db, actions, insert_row, row
 from tests.stripe_events import TEST_SECRET, encode, sign
 
@@ -121,9 +125,123 @@ def test_already_sent_keys_are_skipped_and_reported(
     capsys.readouterr()
     assert main(["import", path], environ) == 0
     out = capsys.readouterr().out
-    assert "line 2: platform/live/in_1Twice/invoice-paid is already recorded as sent" in out
+    assert "line 2: platform/live/in_1Twice/invoice-paid was imported before; skipped" in out
     assert "imported 0 sent receipt(s), skipped 1" in out
     assert len(actions(db, "platform/live/in_1Twice/invoice-paid")) == 1
+
+
+def sent_by_us(client: FlaskClient, environ: dict[str, str], invoice_id: str) -> dict[str, Any]:
+    """A live receipt as this system sends it: the Stripe webhook, then a worker run
+    against the fake provider; the sent row."""
+    body = encode(stripe_events.event(stripe_events.invoice(id=invoice_id), livemode=True))
+    client.post(
+        "/webhooks/stripe", data=body, headers={"Stripe-Signature": sign(body, TEST_SECRET)}
+    )
+    with running_fake_provider() as fake:
+        settings = load_settings(
+            {**environ, "RESEND_API_KEY": "re_imp", "RESEND_API_URL": fake.url}
+        )
+        provider = provider_from_settings(settings, concurrency=1)
+        try:
+            assert run_worker(settings, provider, concurrency=1).sent == 1
+        finally:
+            provider.close()
+    return {"key": f"platform/live/{invoice_id}/invoice-paid"}
+
+
+def test_a_receipt_this_system_sent_is_reported_as_ours_and_a_second_send_as_sent_twice(
+    client: FlaskClient, environ: dict[str, str], db: Db, tmp_path: Path, capsys: Any
+) -> None:
+    """The switch-over race: the webhook's receipt was sent by receipts, and the earlier
+    sender's log lists the same invoice. Same provider id: "already sent by receipts at …
+    (provider id …)", exit 0. Another provider id: "sent twice: ours … and the imported …",
+    recorded on the receipt, exit 1. No id in the file: ours, with what to look up. The
+    free lines are imported all the same, and nothing of our row changes."""
+    ours = {
+        inv: sent_by_us(client, environ, inv)["key"]
+        for inv in ("in_1Same", "in_1Twice", "in_1NoId")
+    }
+    ids = {inv: row(db, key)["provider_id"] for inv, key in ours.items()}
+    before = {key: row(db, key) for key in ours.values()}
+    path = write(
+        tmp_path,
+        HEADER
+        + f"in_1Same,platform,live,2026-10-01T12:00:00Z,{ids['in_1Same']}\n"
+        + "in_1Twice,platform,live,2026-10-01T12:00:00Z,re_earlier_sender\n"
+        + "in_1NoId,platform,live,2026-10-01T12:00:00Z,\n"
+        + "in_1Free,platform,live,2026-10-01T12:00:00Z,re_free\n",
+    )
+    assert main(["import", path, "--by", "erin"], environ) == 1
+    captured = capsys.readouterr()
+    out = captured.out
+    same, twice, no_id = ours["in_1Same"], ours["in_1Twice"], ours["in_1NoId"]
+    sent_at = {key: row(db, key)["sent_at"].strftime("%Y-%m-%d %H:%M UTC") for key in ours.values()}
+    assert (
+        f"line 2: {same} was already sent by receipts at {sent_at[same]} "
+        f"(provider id {ids['in_1Same']}); skipped" in out
+    )
+    assert (
+        f"line 3: {twice} was sent twice: ours at {sent_at[twice]} (provider id "
+        f"{ids['in_1Twice']}) and the imported one at 2026-10-01 12:00 UTC (provider id "
+        "re_earlier_sender); the customer got two receipts" in out
+    )
+    assert f"line 4: {no_id} was already sent by receipts at {sent_at[no_id]}" in out
+    assert "the file gives no provider id, so look it up in the earlier sender's log" in out
+    assert "imported 1 sent receipt(s), skipped 3" in out
+    assert "1 receipt(s) sent twice" in captured.err
+    assert row(db, "platform/live/in_1Free/invoice-paid")["status"] == "sent"
+    assert {key: row(db, key) for key in ours.values()} == before
+    [found] = [a for a in actions(db, twice) if a["action"] == "import_found_sent_twice"]
+    assert found["performed_by"] == "erin"
+    assert found["details"]["ours"]["provider_id"] == ids["in_1Twice"]
+    assert found["details"]["imported"]["provider_id"] == "re_earlier_sender"
+    assert [a["action"] for a in actions(db, same)] == []
+
+
+def test_a_receipt_we_resent_counts_as_ours_and_a_dismissed_one_is_skipped(
+    environ: dict[str, str], db: Db, tmp_path: Path, capsys: Any
+) -> None:
+    """A review row settled by a resend that was sent: its email is ours (under the resend's
+    key). A dismissed row: receipts sent nothing, skipped. A row still in review stops
+    the import, naming it."""
+    resent = insert_row(db, "in_1Resent", status="review", review_reason="validation_error",
+                        livemode=True)  # fmt: skip
+    copy = resent + "/resend-1"
+    insert_row(db, "in_1Resent", key=copy, status="sent", provider_id="re_copy",
+               sent_ago=timedelta(hours=1), livemode=True)  # fmt: skip
+    db.execute("UPDATE email_outbox SET resent_as = %s WHERE message_key = %s", (copy, resent))
+    dismissed = insert_row(db, "in_1Dismissed", status="review", review_reason="dismissed",
+                           livemode=True)  # fmt: skip
+    path = write(
+        tmp_path,
+        HEADER
+        + "in_1Resent,platform,live,2026-10-01T12:00:00Z,re_other\n"
+        + "in_1Dismissed,platform,live,2026-10-01T12:00:00Z,re_d\n",
+    )
+    assert main(["import", path], environ) == 1
+    out = capsys.readouterr().out
+    assert f"line 2: {resent} was sent twice: ours as {copy} at " in out
+    assert "(provider id re_copy) and the imported one" in out
+    assert f"line 3: {dismissed} was dismissed here: receipts sent no email for it; skipped" in out
+
+    waiting = insert_row(db, "in_1Waiting", status="review", review_reason="validation_error",
+                         livemode=True)  # fmt: skip
+    blocked = write(tmp_path, HEADER + "in_1Waiting,platform,live,2026-10-01T12:00:00Z,re_w\n")
+    assert main(["import", blocked], environ) == 1
+    assert f"line 2: {waiting} is already review here" in capsys.readouterr().err
+    on_its_way = insert_row(db, "in_1OnItsWay", status="review", review_reason="validation_error",
+                            livemode=True)  # fmt: skip
+    insert_row(db, "in_1OnItsWay", key=on_its_way + "/resend-1", livemode=True)
+    db.execute(
+        "UPDATE email_outbox SET resent_as = %s WHERE message_key = %s",
+        (on_its_way + "/resend-1", on_its_way),
+    )
+    blocked = write(tmp_path, HEADER + "in_1OnItsWay,platform,live,2026-10-01T12:00:00Z,re_o\n")
+    assert main(["import", blocked], environ) == 1
+    assert (
+        f"line 2: {on_its_way} is already resent here as {on_its_way}/resend-1, which is pending,"
+        in capsys.readouterr().err
+    )
 
 
 def test_a_key_this_system_is_about_to_send_stops_the_import(

@@ -71,14 +71,21 @@ def test_outbox_gauges_come_from_the_database(client: FlaskClient, db: Db) -> No
     insert_row(db, "in_1M3", status="review", review_reason="attempts_exhausted")
     insert_row(db, "in_1M4", status="review", review_reason="dismissed")
     insert_row(db, "in_1M5", status="sent", provider_id="re_1", sent_ago=timedelta(minutes=1))
+    resent = insert_row(db, "in_1M6", status="review", review_reason="validation_error")
+    db.execute(
+        "UPDATE email_outbox SET resent_as = %s WHERE message_key = %s",
+        (resent + "/resend-1", resent),
+    )
     samples = scrape(client)
     assert value(samples, "receipts_database_up") == 1
     assert value(samples, "receipts_outbox_rows", status="pending") == 2
-    assert value(samples, "receipts_outbox_rows", status="review") == 2
+    assert value(samples, "receipts_outbox_rows", status="review") == 3
     assert value(samples, "receipts_outbox_rows", status="sent") == 1
     assert value(samples, "receipts_review_rows", reason="attempts_exhausted") == 1
     assert value(samples, "receipts_review_rows", reason="dismissed") == 1
+    assert value(samples, "receipts_review_rows", reason="validation_error") is None
     assert value(samples, "receipts_review_open_rows") == 1
+    assert value(samples, "receipts_review_resent_rows") == 1
     oldest = value(samples, "receipts_outbox_oldest_pending_age_seconds")
     assert oldest is not None and 119 < oldest < 180
     remaining = value(samples, "receipts_retry_cutoff_remaining_seconds")

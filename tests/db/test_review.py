@@ -16,7 +16,8 @@ from receipts.cli import main
 from receipts.config import load_settings
 from receipts.delivery.configured import provider_from_settings
 from receipts.delivery.worker import run_worker
-from receipts.operations.review import Decider, Refused, dismiss, resolve
+from receipts.operations.review import Decider, Refused
+from receipts.operations.review_decisions import dismiss, resolve
 from receipts.web import create_app
 from tests import stripe_events
 from tests.fake_provider import MESSAGES, running_fake_provider
@@ -208,7 +209,8 @@ def test_resolve_refuses_a_row_not_in_review(
     before = row(db, key)
     assert review(operator_env, "resolve", key, "--provider-id", "re_x", "--reason", "x") == 1
     err = capsys.readouterr().err
-    assert "is pending, not in review" in err and "nothing was changed" in err
+    assert f"refused: {key} is pending: it is on its way to the provider" in err
+    assert "only a receipt in review can be resolved" in err and "nothing was changed" in err
     assert unchanged(db, key, before)
 
 
@@ -223,10 +225,15 @@ def test_decisions_apply_only_to_review_rows(
 ) -> None:
     """resolve, retry and dismiss on a pending, processing or sent row: refused, exit 1,
     the row and the action log unchanged."""
-    key = insert_row(db, f"in_1State{state}", status=state, provider_id="re_1")
+    key = insert_row(
+        db, f"in_1State{state}", status=state, provider_id="re_1", sent_ago=timedelta(minutes=3)
+    )
     before = row(db, key)
     assert review(operator_env, decision[0], key, *decision[1:], "--reason", "try") == 1
-    assert f"is {state}, not in review" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    said = {"sent": f"{key} was sent at", "pending": f"{key} is pending", "processing":
+            f"{key} is processing: a worker is sending it right now"}[state]  # fmt: skip
+    assert said in err and "only a receipt in review can be" in err
     assert unchanged(db, key, before)
 
 
@@ -367,27 +374,38 @@ def test_retry_refuses_a_receipt_without_an_email(
     )
     before = row(db, key)
     assert review(operator_env, "retry", key, "--reason", "try") == 1
-    assert "has no frozen email" in capsys.readouterr().err
+    assert "has no email and nothing stored to make one from" in capsys.readouterr().err
     assert unchanged(db, key, before)
 
 
 def test_retry_refuses_a_sent_receipt(operator_env: dict[str, str], db: Db, capsys: Any) -> None:
-    key = insert_row(db, "in_1Sent", status="sent", provider_id="re_1")
+    key = insert_row(db, "in_1Sent", status="sent", provider_id="re_1", sent_ago=timedelta(0))
     before = row(db, key)
     assert review(operator_env, "retry", key, "--reason", "try") == 1
-    assert "is sent, not in review" in capsys.readouterr().err
+    assert f"{key} was sent at" in capsys.readouterr().err
     assert unchanged(db, key, before)
 
 
 # --- resend -------------------------------------------------------------------
 
 
-def test_resend_queues_a_copy_under_a_new_key(operator_env: dict[str, str], db: Db) -> None:
-    """The copy is pending with the same email (tag = its own key); the original is untouched;
-    both rows carry the action."""
-    key = insert_row(db, "in_1Again", status="sent", provider_id="re_1")
+def test_resend_of_a_sent_receipt_needs_the_duplicate_risk_accepted(
+    operator_env: dict[str, str], db: Db, capsys: Any
+) -> None:
+    """A sent receipt resent is a second email: refused, naming the send, unless the person
+    accepts that. The copy is then pending with the same email (tag = its own key), the
+    original keeps its email and records the resend; both rows carry the action."""
+    key = insert_row(db, "in_1Again", status="sent", provider_id="re_1", sent_ago=timedelta(0))
     before = row(db, key)
-    assert review(operator_env, "resend", key, "--reason", "customer deleted it") == 0
+    assert review(operator_env, "resend", key, "--reason", "customer deleted it") == 1
+    err = capsys.readouterr().err
+    assert f"refused: {key} was sent at " in err and "(provider id re_1)" in err
+    assert "a resend would be another email to the customer" in err
+    assert "Rerun with --accept-duplicate-risk if they should get another" in err
+    assert unchanged(db, key, before)
+
+    assert review(operator_env, "resend", key, "--accept-duplicate-risk",
+                  "--reason", "customer deleted it") == 0  # fmt: skip
     copy_key = key + "/resend-1"
     copy = row(db, copy_key)
     assert copy["status"] == "pending" and copy["invoice_id"] == "in_1Again"
@@ -395,41 +413,60 @@ def test_resend_queues_a_copy_under_a_new_key(operator_env: dict[str, str], db: 
     expected["tags"] = [
         {"name": "message_key", "value": "platform_test_in_1Again_invoice-paid_resend-1"}
     ]
-    assert copy["payload"] == expected
-    assert row(db, key) == before
-    assert [a["action"] for a in actions(db, key)] == ["resend"]
-    assert actions(db, key)[0]["details"] == {"new_key": copy_key, "recipient_changed": False}
+    assert copy["payload"] == expected and copy["customer_email"] == "jenny.rosen@example.com"
+    after = row(db, key)
+    assert after["resent_as"] == copy_key
+    assert {**after, "resent_as": None, "updated_at": None} == {**before, "updated_at": None}
+    [action] = actions(db, key)
+    assert action["action"] == "resend"
+    assert action["details"]["new_key"] == copy_key
+    assert action["details"]["accepted_duplicate_risk"] is True
+    assert action["details"]["recipient_changed"] is False
     assert [a["details"]["resend_of"] for a in actions(db, copy_key)] == [key]
 
 
-def test_resend_to_a_new_recipient(operator_env: dict[str, str], db: Db) -> None:
-    """--to changes the copy's recipient only."""
-    key = insert_row(db, "in_1NewTo", status="sent", provider_id="re_1")
+def test_resend_to_a_new_recipient_records_both_addresses(
+    operator_env: dict[str, str], db: Db
+) -> None:
+    """--to changes the copy's recipient only; the action names the old and the new address."""
+    key = insert_row(db, "in_1NewTo", status="review", review_reason="validation_error")
     assert (
         review(operator_env, "resend", key, "--to", "ap@example.org", "--reason", "new address")
         == 0
     )
-    assert row(db, key + "/resend-1")["payload"]["to"] == ["ap@example.org"]
+    copy = row(db, key + "/resend-1")
+    assert (
+        copy["payload"]["to"] == ["ap@example.org"] and copy["customer_email"] == "ap@example.org"
+    )
     assert row(db, key)["payload"]["to"] == ["jenny.rosen@example.com"]
+    [action] = actions(db, key)
+    assert (action["details"]["to"], action["details"]["previous_to"]) == (
+        "ap@example.org", "jenny.rosen@example.com"
+    )  # fmt: skip
 
 
 def test_resend_numbers_and_refusals(operator_env: dict[str, str], db: Db, capsys: Any) -> None:
-    """A resend still pending blocks another; once sent, the next is -2 (even when asked
-    on the -1 key); a bad --to and a receipt still being sent are refused."""
-    key = insert_row(db, "in_1Nums", status="sent", provider_id="re_1")
+    """A resend still pending blocks another, whatever the flags; once sent, the next is -2
+    (even when asked on the -1 key, and only with the risk accepted); a bad --to and a
+    receipt still being sent are refused."""
+    key = insert_row(db, "in_1Nums", status="review", review_reason="validation_error")
     assert review(operator_env, "resend", key, "--reason", "one") == 0
-    assert review(operator_env, "resend", key, "--reason", "two") == 1
-    assert "resend-1 is pending" in capsys.readouterr().err
+    for flags in ([], ["--accept-duplicate-risk"]):
+        assert review(operator_env, "resend", key, *flags, "--reason", "two") == 1
+        err = capsys.readouterr().err
+        assert f"{key} was resent as {key}/resend-1 at " in err and "by carol (pending" in err
+        assert "Wait until it is sent or in review" in err
     db.execute(
-        "UPDATE email_outbox SET status = 'sent', provider_id = 're_2' WHERE message_key = %s",
+        "UPDATE email_outbox SET status = 'sent', provider_id = 're_2', sent_at = now() "
+        "WHERE message_key = %s",
         (key + "/resend-1",),
     )
-    assert review(operator_env, "resend", key + "/resend-1", "--reason", "two") == 0
+    assert review(operator_env, "resend", key + "/resend-1", "--reason", "two") == 1
+    assert f"{key}/resend-1 was sent at" in capsys.readouterr().err
+    assert review(operator_env, "resend", key + "/resend-1", "--accept-duplicate-risk",
+                  "--reason", "two") == 0  # fmt: skip
     assert row(db, key + "/resend-2")["status"] == "pending"
-    db.execute(
-        "UPDATE email_outbox SET status = 'sent', provider_id = 're_3' WHERE message_key = %s",
-        (key + "/resend-2",),
-    )
+    assert row(db, key)["resent_as"] == key + "/resend-2"
     assert review(operator_env, "resend", key, "--to", "not-an-address", "--reason", "x") == 1
     assert "is not an email address" in capsys.readouterr().err
     no_email = insert_row(
@@ -440,7 +477,7 @@ def test_resend_numbers_and_refusals(operator_env: dict[str, str], db: Db, capsy
     assert "nothing to resend" in capsys.readouterr().err
     pending = insert_row(db, "in_1StillGoing")
     assert review(operator_env, "resend", pending, "--reason", "x") == 1
-    assert "still being sent" in capsys.readouterr().err
+    assert "a resend now would be a second email" in capsys.readouterr().err
     count = db.execute("SELECT count(*) AS n FROM email_outbox").fetchone()
     assert count is not None and count["n"] == 5
 
@@ -468,7 +505,7 @@ def test_dismiss_closes_a_review_row(operator_env: dict[str, str], db: Db, capsy
 
 
 def test_two_people_deciding_at_once_one_wins(database_url: str, db: Db) -> None:
-    """The row is locked by the first decision: the second waits, then sees 'sent'
+    """The family is locked by the first decision: the second waits, then sees 'sent'
     and is refused. The row never ends up both resolved and dismissed."""
     key = insert_row(db, "in_1Race", status="review", review_reason="attempts_exhausted")
     first = psycopg.connect(database_url, row_factory=dict_row)
@@ -477,21 +514,19 @@ def test_two_people_deciding_at_once_one_wins(database_url: str, db: Db) -> None
     def second_person() -> None:
         with psycopg.connect(database_url, row_factory=dict_row) as conn:
             try:
-                with conn.transaction():
-                    dismiss(conn, key, Decider(performed_by="bob", reason="duplicate"))
+                dismiss(conn, key, Decider(performed_by="bob", reason="duplicate"))
                 outcome["bob"] = "dismissed"
             except Refused as refused:
                 outcome["bob"] = str(refused)
 
-    with first:
+    with first, first.transaction():
         resolve(first, key, Decider(performed_by="alice", reason="found"), provider_id="re_a")
         bob = threading.Thread(target=second_person)
         bob.start()
         bob.join(timeout=0.5)
         assert bob.is_alive(), "the second decision must wait for the first"
-        first.commit()
-        bob.join(timeout=10)
-    assert "is sent, not in review" in outcome["bob"]
+    bob.join(timeout=10)
+    assert f"{key} was sent at" in outcome["bob"] and "alice recorded" in outcome["bob"]
     after = row(db, key)
     assert (after["status"], after["review_reason"]) == ("sent", None)
     assert [a["performed_by"] for a in actions(db, key)] == ["alice"]
@@ -536,7 +571,7 @@ def test_a_rejected_address_is_resent_to_the_right_one_and_delivered(
         assert (
             review(operator_env, "resend", key, "--to", "ap@example.org", "--reason", "typo") == 0
         )
-        assert review(operator_env, "dismiss", key, "--reason", "resent as resend-1") == 0
+        assert main(["status"], operator_env) == 0  # the resend settled the original
         drain(operator_env, fake.url)
         [delivery] = fake.deliveries()
 
@@ -561,8 +596,9 @@ def test_a_rejected_address_is_resent_to_the_right_one_and_delivered(
     assert main(["status"], operator_env) == 0
     assert main(["show", "in_1E2E"], operator_env) == 0
     out = capsys.readouterr().out
-    assert "dismiss by carol: resent as resend-1" in out
-    assert f'resend by carol: typo {{"new_key": "{copy_key}"' in out
+    assert f"resent as     {copy_key} (sent " in out
+    assert "resend by carol: typo" in out and f'"new_key": "{copy_key}"' in out
+    assert '"previous_to": "jenny.rosen@example.com"' in out and '"to": "ap@example.org"' in out
     assert "delivery      delivered" in out
 
 

@@ -28,7 +28,7 @@ import psycopg
 import pytest
 from psycopg import sql
 from psycopg.rows import dict_row
-from psycopg.types.json import Jsonb
+from psycopg.types.json import Json, Jsonb
 
 from receipts import queries
 from receipts.cli import main
@@ -175,12 +175,28 @@ def test_web_role_ingests_a_webhook_but_cannot_change_or_delete_rows(
                 "/webhooks/stripe", data=body, headers={"Stripe-Signature": sign(body, TEST_SECRET)}
             )
             assert response.status_code == 200, response.json
+        addressless = encode(
+            stripe_events.event(stripe_events.invoice(id="in_1NoAddress", customer_email=None))
+        )
+        response = client.post(
+            "/webhooks/stripe",
+            data=addressless,
+            headers={"Stripe-Signature": sign(addressless, TEST_SECRET)},
+        )
+        assert response.status_code == 200 and response.json is not None
+        assert response.json["outcome"] == "review"
         metrics = client.get("/metrics", headers=METRICS_AUTH).get_data(as_text=True)
     finally:
         app.extensions["receipts"].database.close()
     key = "platform/test/in_1LeastPriv/invoice-paid"
     assert row(db, key)["status"] == "pending"
-    recorded = db.execute("SELECT deliveries FROM stripe_events").fetchone()
+    # A receipt without an address keeps the invoice it would be rendered from.
+    waiting = row(db, "platform/test/in_1NoAddress/invoice-paid")
+    assert waiting["review_reason"] == "missing_customer_email" and waiting["payload"] is None
+    assert waiting["render_input"]["invoice"]["id"] == "in_1NoAddress"
+    recorded = db.execute(
+        "SELECT deliveries FROM stripe_events WHERE message_key = %s", (key,)
+    ).fetchone()
     assert recorded is not None and recorded["deliveries"] == 2
     assert "receipts_database_up 1.0" in metrics
 
@@ -705,6 +721,15 @@ def test_operator_role_runs_every_operator_command(
     retried = insert_row(db, "in_1OpB", status="review", review_reason="attempts_exhausted")
     dismissed = insert_row(db, "in_1OpC", status="review", review_reason="attempts_exhausted")
     copied = insert_row(db, "in_1OpD", status="sent", provider_id="re_opd")
+    addressless = insert_row(db, "in_1OpE", status="review", with_payload=False,
+                             review_reason="missing_customer_email")  # fmt: skip
+    invoice = stripe_events.invoice(id="in_1OpE", customer_email=None)
+    stored = {"invoice": invoice, "created": 1764460801, "from": "billing@example.com"}
+    db.execute(
+        "UPDATE email_outbox SET render_input = %s WHERE message_key = %s",
+        (Json(stored), addressless),
+    )
+    undone = insert_row(db, "in_1OpF", status="review", review_reason="attempts_exhausted")
     csv = tmp_path / "earlier.csv"
     csv.write_text("invoice_id,account,mode,sent_at,provider_id\nin_1OpOld,platform,live,"
                    "2026-10-01T12:00:00Z,re_old\n")  # fmt: skip
@@ -715,14 +740,24 @@ def test_operator_role_runs_every_operator_command(
         ["review", "resolve", reviewed, "--provider-id", "re_found", "--reason", "in logs"],
         ["review", "retry", retried, "--reason", "fixed"],
         ["review", "dismiss", dismissed, "--reason", "refunded"],
-        ["review", "resend", copied, "--reason", "asked again"],
+        ["review", "resend", copied, "--accept-duplicate-risk", "--reason", "asked again"],
+        ["review", "resend", addressless, "--to", "ap@example.org", "--reason", "she called"],
+        ["review", "dismiss", undone, "--reason", "by mistake"],
+        ["review", "retry", undone, "--undo-dismiss", "--reason", "undo the mistake"],
         ["import", str(csv)],
     ]
     for command in commands:
         code = main(command, operator)
-        assert code in (0, 1), (command, capsys.readouterr().err)  # status: 1 = needs a person
-        assert "lacks a privilege" not in capsys.readouterr().err, command
+        err = capsys.readouterr().err
+        assert code == (1 if command == ["status"] else 0), (command, err)  # 1: needs a person
+        assert "lacks a privilege" not in err, command
     assert row(db, reviewed)["status"] == "sent" and row(db, retried)["status"] == "pending"
+    assert row(db, copied + "/resend-1")["status"] == "pending"
+    assert row(db, addressless)["resent_as"] == addressless + "/resend-1"
+    assert row(db, addressless + "/resend-1")["render_input"]["invoice"]["customer_email"] == (
+        "ap@example.org"
+    )
+    assert row(db, undone)["status"] == "pending"
     assert row(db, "platform/live/in_1OpOld/invoice-paid")["status"] == "sent"
     operator_url = roles["operator"]
     assert refused(operator_url, "UPDATE email_outbox SET payload = '{}'")

@@ -69,6 +69,23 @@ def test_dismissed_rows_do_not_need_a_person(environ: dict[str, str], db: Db, ca
     assert document["dismissed"] == 1 and document["open_review"] == 0
 
 
+def test_a_receipt_settled_by_a_resend_does_not_need_a_person(
+    environ: dict[str, str], db: Db, capsys: Any
+) -> None:
+    """A review row whose resend carries its email is counted as resent, not open: exit 0,
+    as long as nothing else waits."""
+    key = insert_row(db, "in_1R1", status="review", review_reason="validation_error")
+    copy = insert_row(db, "in_1R1", key=key + "/resend-1", status="sent", provider_id="re_1",
+                      sent_ago=timedelta(minutes=1))  # fmt: skip
+    db.execute("UPDATE email_outbox SET resent_as = %s WHERE message_key = %s", (copy, key))
+    code, document = status_json(environ, capsys)
+    assert code == 0, document["needs_person"]
+    assert (document["resent"], document["open_review"], document["dismissed"]) == (1, 0, 0)
+    assert document["review_by_reason"] == {}
+    assert main(["status"], environ) == 0
+    assert "review          0 open (0 dismissed, 1 resent)" in capsys.readouterr().out
+
+
 def test_old_ready_pending_row_fails_the_check(
     environ: dict[str, str], db: Db, capsys: Any
 ) -> None:

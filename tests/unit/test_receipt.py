@@ -111,15 +111,20 @@ def test_zero_value_policy_is_configurable() -> None:
 def test_paid_invoice_without_a_usable_email_needs_review(
     overrides: dict[str, Any], reason: str
 ) -> None:
-    """It keeps its key (so it is visible and deduplicated) and says why."""
-    decision = derive(stripe_events.event(stripe_events.invoice(id="in_1Bad", **overrides)))
+    """It keeps its key (so it is visible and deduplicated), says why, and keeps the
+    invoice the email would be rendered from (for a resend to a corrected address)."""
+    event = stripe_events.event(stripe_events.invoice(id="in_1Bad", **overrides))
+    decision = derive(event)
     assert decision == UnsendableReceipt(
         message_key="platform/test/in_1Bad/invoice-paid",
         invoice_id="in_1Bad",
         reason=reason,
         fingerprint=decision.fingerprint,
         legacy_fingerprint=decision.legacy_fingerprint,
+        render_input=decision.render_input,
     )
+    assert decision.render_input["invoice"] == event["data"]["object"]
+    assert decision.render_input["created"] == event["created"]
 
 
 @pytest.mark.parametrize(

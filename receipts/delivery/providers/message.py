@@ -32,7 +32,9 @@ MESSAGE_KEY_HEADER = "X-Receipts-Message-Key"
 # Where a sender has no usable domain (it never has: EMAIL_FROM is checked).
 FALLBACK_DOMAIN = "receipts.invalid"
 # The language tag of the HTML part's root element (BCP 47 letters, digits, hyphens).
-_HTML_LANG = re.compile(r"<html[^>]*?\slang=\"([A-Za-z]{2,8}(?:-[A-Za-z0-9]{1,8})*)\"", re.IGNORECASE)
+_HTML_LANG = re.compile(
+    r"<html[^>]*?\slang=\"([A-Za-z]{2,8}(?:-[A-Za-z0-9]{1,8})*)\"", re.IGNORECASE
+)
 
 
 def message_id(message_key: str, email_from: str) -> str:

@@ -11,7 +11,6 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -26,7 +25,6 @@ from tests.real_processes import finish, start_worker
 Row = dict[str, Any]
 DB = psycopg.Connection[Row]
 API_KEY = "re_process_test"
-ROOT = Path(__file__).resolve().parents[2]
 RECEIPTS = [sys.executable, "-m", "receipts.cli"]
 
 
@@ -35,7 +33,6 @@ def fake() -> Iterator[FakeProviderClient]:
     """The fake provider in its own process, on a free port."""
     process = subprocess.Popen(
         [sys.executable, "-m", "tests.fake_provider", "--port", "0", "--api-key", API_KEY],
-        cwd=ROOT,
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -170,9 +167,7 @@ def test_a_refused_api_key_exits_2_naming_it_and_leaves_rows_pending(
 
 
 def run_command(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*RECEIPTS, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
-    )
+    return subprocess.run([*RECEIPTS, *args], env=env, capture_output=True, text=True, timeout=60)
 
 
 def test_a_quota_pauses_every_worker_process_and_status_says_until_when(
@@ -279,7 +274,6 @@ def test_no_provider_configured_exits_2_naming_resend_api_key(database_url: str)
     """Neither RESEND_API_KEY nor RECEIPTS_MAIL_DIR: exit 2 with a message naming the key."""
     result = subprocess.run(
         [*RECEIPTS, "worker"],
-        cwd=ROOT,
         env={"PATH": os.environ.get("PATH", ""), "DATABASE_URL": database_url},
         capture_output=True,
         text=True,

@@ -41,7 +41,7 @@ from receipts.dev.embedded import EmbeddedUnavailable
 from receipts.web import create_app
 from tests import pgbouncer as pgbouncer_process
 from tests.databases import DatabasePool, run_id, shared_embedded_server
-from tests.helpers import METRICS_TOKEN, root_logger_restored
+from tests.helpers import METRICS_TOKEN, RUN_TEMP_DIR, root_logger_restored
 from tests.stripe_events import TEST_SECRET
 
 THROUGH_PGBOUNCER = os.environ.get("RECEIPTS_TEST_THROUGH_PGBOUNCER") == "1"
@@ -122,7 +122,7 @@ def _folders_of_this_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[P
     start put a unix socket in a data folder under it, and a socket's path may
     not be longer than 107 bytes."""
     tmp_path_factory.getbasetemp()  # pytest's ``tmp_path`` folders stay where pytest keeps them
-    parent = Path(tempfile.mkdtemp(prefix="receipts-tests-"))
+    parent = Path(tempfile.mkdtemp(prefix="receipts-tests-", dir=RUN_TEMP_DIR))
     yield parent
     shutil.rmtree(parent, ignore_errors=True)
 
@@ -176,7 +176,7 @@ def server_url() -> Iterator[str]:
         return
     with contextlib.ExitStack() as stack:
         try:
-            url = stack.enter_context(shared_embedded_server(run_id()))
+            url = stack.enter_context(shared_embedded_server(run_id(), RUN_TEMP_DIR))
         except EmbeddedUnavailable as exc:
             pytest.skip(f"no PostgreSQL: {exc}")
         yield url
@@ -198,7 +198,7 @@ def pgbouncer(server_url: str) -> Iterator[pgbouncer_process.PgBouncer]:
         if THROUGH_PGBOUNCER:
             pytest.fail(f"RECEIPTS_TEST_THROUGH_PGBOUNCER=1 but {reason}")
         pytest.skip(reason)
-    with pgbouncer_process.running_pgbouncer(server_url) as running:
+    with pgbouncer_process.running_pgbouncer(server_url, RUN_TEMP_DIR) as running:
         yield running
 
 

@@ -4,11 +4,18 @@ from __future__ import annotations
 
 import logging
 import socket
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import psutil
+
+# The temp directory of the test run itself, read before any test's own replaces
+# it (tests/conftest.py, ``_own_folders``): where the servers every test shares
+# (the embedded PostgreSQL, PgBouncer) keep their files.
+RUN_TEMP_DIR = Path(tempfile.gettempdir())
 
 
 def free_port() -> int:

@@ -8,7 +8,6 @@ stored bytes (docs/architecture.md, "The frozen payload and the fingerprint").
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -18,54 +17,20 @@ import pytest
 from flask.testing import FlaskClient
 from psycopg.rows import dict_row
 
-from receipts.config import Settings, load_settings
+from receipts.config import Settings
 from receipts.delivery.claims import claim_ready
-from receipts.delivery.worker import WorkerSummary, provider_from_settings, run_worker
 from receipts.ingest.events import decode_event
 from receipts.ingest.receipt import ReceiptJob, derive_receipt
 from receipts.ingest.rendering import Renderer
 from receipts.operations import review
 from receipts.operations.review import Decider
 from tests import stripe_events
-from tests.fake_provider import FakeProviderClient, running_fake_provider
+from tests.fake_provider import FakeProviderClient
 from tests.stripe_events import TEST_SECRET, encode, sign
+from tests.worker_runs import work
 
 Row = dict[str, Any]
 DB = psycopg.Connection[Row]
-API_KEY = "re_first_claim"
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeProviderClient]:
-    with running_fake_provider(api_key=API_KEY) as client:
-        yield client
-
-
-@pytest.fixture
-def worker_settings(
-    database_url: str, fake: FakeProviderClient, pooling: dict[str, str]
-) -> Settings:
-    loaded = load_settings(
-        {
-            **pooling,
-            "DATABASE_URL": database_url,
-            "RESEND_API_KEY": API_KEY,
-            "RESEND_API_URL": fake.url,
-            "EMAIL_FROM": "Billing <billing@example.com>",
-            "RECEIPTS_PROVIDER_TIMEOUT": "0.5",
-            "RECEIPTS_PROVIDER_CONNECT_TIMEOUT": "0.5",
-            "RECEIPTS_SEND_RATE": "0",
-        }
-    )
-    return replace(loaded, lease_seconds=5)
-
-
-def work(settings: Settings) -> WorkerSummary:
-    provider = provider_from_settings(settings, concurrency=2)
-    try:
-        return run_worker(settings, provider, concurrency=2)
-    finally:
-        provider.close()
 
 
 def deliver(client: FlaskClient, event: dict[str, Any]) -> str:

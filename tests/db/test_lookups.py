@@ -30,10 +30,10 @@ from receipts.operations.lookup import (
 )
 from receipts.web import create_app
 from tests import stripe_events, stripe_objects
-from tests.db.test_resend_webhooks import SECRET as RESEND_SECRET
-from tests.db.test_resend_webhooks import event as resend_event
-from tests.db.test_resend_webhooks import post as post_resend
 from tests.outbox_states import Db, insert_attempt, insert_row
+from tests.resend_events import SECRET as RESEND_SECRET
+from tests.resend_events import event as resend_event
+from tests.resend_events import post as post_resend
 from tests.stripe_events import TEST_SECRET, encode, sign
 
 

@@ -25,7 +25,7 @@ from standardwebhooks import Webhook
 from receipts.config import load_settings
 from receipts.web import create_app
 from tests import stripe_events
-from tests.db.test_resend_webhooks import SECRET as RESEND_SECRET
+from tests.resend_events import SECRET as RESEND_SECRET
 from tests.stripe_events import TEST_SECRET, sign
 
 Row = dict[str, Any]

@@ -6,7 +6,9 @@ headers, and the worker's run is checked for what the table says
 attempt budget, the run's exit code and message. Then what a single answer
 cannot show: the quota pause seen by a second worker and by a ``--loop``
 worker, the cap on a provider's wait, and the exit code of a run whose every
-send failed. The table without a database is tests/unit/test_decisions.py;
+send failed. One sender, unless a test says otherwise: the scripted answer is the
+first request's, and no other request is in flight when it comes. The table
+without a database is tests/unit/test_decisions.py;
 the same pause across worker processes, and the pace kept under the
 provider's enforced rate, are in tests/processes/test_worker_processes.py.
 """
@@ -16,57 +18,25 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
 import psycopg
 import pytest
 
-from receipts.config import Settings, load_settings
+from receipts.config import Settings
 from receipts.db import Database
 from receipts.delivery.decisions import RESEND_ERRORS, Reaction, Rule
 from receipts.delivery.sending_pause import clear_pause
-from receipts.delivery.summary import ExitCode
-from receipts.delivery.worker import WorkerSummary, provider_from_settings, run_worker
-from tests.fake_provider import FakeProviderClient, running_fake_provider
+from receipts.delivery.summary import ExitCode, WorkerSummary
+from tests.fake_provider import FakeProviderClient
 from tests.helpers import wait_for
 from tests.outbox_states import insert_pending
-from tests.unit.test_decisions import DOCUMENTED
+from tests.resend_errors import DOCUMENTED
+from tests.worker_runs import work
 
 Row = dict[str, Any]
 DB = psycopg.Connection[Row]
-API_KEY = "re_answers_test"
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeProviderClient]:
-    with running_fake_provider(api_key=API_KEY) as client:
-        yield client
-
-
-@pytest.fixture
-def worker_settings(database_url: str, fake: FakeProviderClient) -> Settings:
-    settings = load_settings(
-        {
-            "DATABASE_URL": database_url,
-            "RESEND_API_KEY": API_KEY,
-            "RESEND_API_URL": fake.url,
-            "RECEIPTS_PROVIDER_TIMEOUT": "0.5",
-            "RECEIPTS_PROVIDER_CONNECT_TIMEOUT": "0.5",
-            "RECEIPTS_SEND_RATE": "0",
-        }
-    )
-    return replace(settings, lease_seconds=5)
-
-
-def work(settings: Settings, **options: Any) -> WorkerSummary:
-    options.setdefault("concurrency", 1)
-    provider = provider_from_settings(settings, concurrency=options["concurrency"])
-    try:
-        return run_worker(settings, provider, **options)
-    finally:
-        provider.close()
 
 
 def outbox(db: DB) -> list[Row]:
@@ -120,7 +90,7 @@ def test_each_answer_does_what_the_table_says_to_the_row_and_the_run(
     row, the other two, the attempt budget, the run's exit code and what it says."""
     insert_pending(db, 3)
     fake.script(script)
-    summary = work(worker_settings)
+    summary = work(worker_settings, concurrency=1)
     rows = outbox(db)
     statuses = sorted(row["status"] for row in rows)
     code = summary.final_exit_code()
@@ -169,11 +139,11 @@ def test_a_quota_answer_pauses_every_later_run_until_the_quota_resets(
     Once the pause has ended (its time moved into the past) sending resumes."""
     insert_pending(db, 5)
     fake.configure(daily_quota=2, quota_retry_after=3600)
-    first = work(worker_settings)
+    first = work(worker_settings, concurrency=1)
     assert (first.sent, first.final_exit_code()) == (2, ExitCode.SENDING_PAUSED)
     assert first.error is not None and first.error.startswith("sending paused: daily quota until")
     requests_so_far = fake.stats()["requests"]
-    second = work(worker_settings)
+    second = work(worker_settings, concurrency=1)
     assert (second.sent, second.final_exit_code()) == (0, ExitCode.SENDING_PAUSED)
     assert second.error is not None and second.error.startswith("sending paused: daily quota")
     assert fake.stats()["requests"] == requests_so_far  # not one request while paused
@@ -187,7 +157,7 @@ def test_a_quota_answer_pauses_every_later_run_until_the_quota_resets(
     assert left is not None and 3500 < left["s"] <= 3600  # the provider's Retry-After
     fake.configure(daily_quota=None)
     db.execute("UPDATE sending_pauses SET paused_until = paused_at + interval '1 ms'")
-    third = work(worker_settings)
+    third = work(worker_settings, concurrency=1)
     assert (third.sent, third.final_exit_code()) == (3, ExitCode.OK)
 
 
@@ -200,7 +170,7 @@ def test_a_quota_asking_for_ever_pauses_for_a_day_at_most(
     insert_pending(db, 2)
     fake.script({"status": 429, "name": "daily_quota_exceeded",
                  "headers": {"Retry-After": retry_after}})  # fmt: skip
-    summary = work(worker_settings)
+    summary = work(worker_settings, concurrency=1)
     assert summary.final_exit_code() == ExitCode.SENDING_PAUSED and summary.unrecorded == 0
     left = db.execute(
         "SELECT extract(epoch FROM paused_until - now()) AS s FROM sending_pauses"
@@ -229,7 +199,7 @@ def test_a_loop_worker_waits_out_a_pause_another_worker_recorded_and_resumes_whe
         wait_for(lambda: pauses(db) != [])
         time.sleep(1.0)  # a few polls: it must not send while paused
         assert fake.stats()["deliveries"] == 2
-        assert work(worker_settings).final_exit_code() == ExitCode.SENDING_PAUSED
+        assert work(worker_settings, concurrency=1).final_exit_code() == ExitCode.SENDING_PAUSED
         fake.configure(daily_quota=None)
         database = Database(database_url)
         with database.transaction() as conn:
@@ -253,18 +223,18 @@ def test_a_long_pause_does_not_push_a_receipt_past_its_retry_cutoff(
     requires."""
     [retried] = insert_pending(db, 1, prefix="in_1Retried")
     fake.script({"status": 500})  # attempt 1 counted, logged retry
-    work(worker_settings)
+    work(worker_settings, concurrency=1)
     [fresh] = insert_pending(db, 1, prefix="in_1Fresh")
     db.execute("UPDATE email_outbox SET available_at = now()")
     fake.configure(daily_quota=0)
-    assert work(worker_settings).final_exit_code() == ExitCode.SENDING_PAUSED
+    assert work(worker_settings, concurrency=1).final_exit_code() == ExitCode.SENDING_PAUSED
     clocks = {row["message_key"]: row["first_attempt_at"] for row in outbox(db)}
     assert clocks[fresh] is None and clocks[retried] is not None
     # A day later the quota has reset: the untouched clock sends, the other reviews.
     db.execute("DELETE FROM sending_pauses")
     db.execute("UPDATE email_outbox SET first_attempt_at = first_attempt_at - interval '1 day'")
     fake.configure(daily_quota=None)
-    work(worker_settings)
+    work(worker_settings, concurrency=1)
     states = {row["message_key"]: (row["status"], row["review_reason"]) for row in outbox(db)}
     assert states == {fresh: ("sent", None), retried: ("review", "retry_window_elapsed")}
 
@@ -290,7 +260,9 @@ def test_a_loop_worker_caps_the_providers_wait_and_says_so(
     result: list[WorkerSummary] = []
     caplog.set_level(logging.WARNING, logger="receipts.delivery.worker")
     loop = threading.Thread(
-        target=lambda: result.append(work(settings, loop=True, stop_event=stop, poll_seconds=0.2))
+        target=lambda: result.append(
+            work(settings, loop=True, stop_event=stop, poll_seconds=0.2, concurrency=1)
+        )
     )
     started = time.monotonic()
     loop.start()
@@ -323,5 +295,5 @@ def test_one_answer_from_a_working_provider_is_not_a_failing_run(
     """A 5xx among accepted sends is an ordinary retry: exit 0."""
     insert_pending(db, 3)
     fake.script({"status": 500})
-    summary = work(worker_settings)
+    summary = work(worker_settings, concurrency=1)
     assert (summary.retried, summary.sent, summary.final_exit_code()) == (1, 2, ExitCode.OK)

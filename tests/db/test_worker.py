@@ -11,7 +11,6 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -23,54 +22,19 @@ from flask.testing import FlaskClient
 from receipts import queries
 from receipts.config import Settings, load_settings
 from receipts.delivery.providers import ResendProvider
-from receipts.delivery.worker import WorkerSummary, provider_from_settings, run_worker
+from receipts.delivery.summary import WorkerSummary
 from tests import stripe_events
-from tests.fake_provider import FakeProviderClient, running_fake_provider
+from tests.fake_provider import FakeProviderClient
 from tests.helpers import wait_for
 from tests.outbox_states import insert_pending
 from tests.outbox_states import row as outbox_row
 from tests.stripe_events import TEST_SECRET, encode, sign
+from tests.worker_runs import API_KEY, work
 
 Row = dict[str, Any]
 DB = psycopg.Connection[Row]
-API_KEY = "re_worker_test"
 # The listener's statement, as the server records it, starts with its name line.
 LISTEN_STATEMENT = queries.load("delivery")["listen"].splitlines()[0] + "\n"
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeProviderClient]:
-    with running_fake_provider(api_key=API_KEY) as client:
-        yield client
-
-
-@pytest.fixture
-def worker_settings(
-    database_url: str, fake: FakeProviderClient, pooling: dict[str, str]
-) -> Settings:
-    """Short timeouts and leases so failure cases finish in well under a second."""
-    settings = load_settings(
-        {
-            **pooling,
-            "DATABASE_URL": database_url,
-            "RESEND_API_KEY": API_KEY,
-            "RESEND_API_URL": fake.url,
-            "RECEIPTS_PROVIDER_TIMEOUT": "0.5",
-            "RECEIPTS_PROVIDER_CONNECT_TIMEOUT": "0.5",
-            # Uncapped, so tests of many rows finish fast; pacing has tests of its own.
-            "RECEIPTS_SEND_RATE": "0",
-        }
-    )
-    return replace(settings, lease_seconds=5)
-
-
-def work(settings: Settings, **options: Any) -> WorkerSummary:
-    options.setdefault("concurrency", 4)
-    provider = provider_from_settings(settings, concurrency=options["concurrency"])
-    try:
-        return run_worker(settings, provider, **options)
-    finally:
-        provider.close()
 
 
 def attempts(db: DB, key: str) -> list[Row]:

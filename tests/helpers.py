@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import socket
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -32,6 +33,27 @@ def is_running(pid: int) -> bool:
         return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
     except psutil.NoSuchProcess:
         return False
+
+
+class ManualClock:
+    """A monotonic clock that moves only when the test moves it (``advance``).
+
+    Pass it where the code takes a ``clock`` (``Deadlines``, ``RateLimiter``,
+    ``run_worker``): what is due by that clock then happens when the test says,
+    not when a loaded machine gets round to it.
+    """
+
+    def __init__(self, start: float = 1000.0) -> None:
+        self._now = start
+        self._lock = threading.Lock()
+
+    def __call__(self) -> float:
+        with self._lock:
+            return self._now
+
+    def advance(self, seconds: float) -> None:
+        with self._lock:
+            self._now += seconds
 
 
 def wait_for(

@@ -57,6 +57,7 @@ class TcpProxy:
         self._closed = False
         self._watches: dict[str, list[_Watch]] = {"client": [], "server": []}
         self.connections_accepted = 0
+        self.connections_refused = 0  # reset at once by refuse(True)
         threading.Thread(target=self._accept_loop, daemon=True, name="proxy-accept").start()
 
     # --- control -----------------------------------------------------------
@@ -116,6 +117,8 @@ class TcpProxy:
                 self.connections_accepted += 1
             if refusing:
                 _reset(client)
+                with self._lock:
+                    self.connections_refused += 1
                 continue
             try:
                 server = socket.create_connection(self.target, timeout=5)

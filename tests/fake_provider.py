@@ -690,6 +690,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     fake.configure({"rate_limit": args.rate_limit, "daily_quota": args.daily_quota})
     server = _Server(args.port, fake)
+
     def stop() -> None:
         fake.release_all()
         server.shutdown()

@@ -19,10 +19,12 @@ from receipts.operations.review import Decider, Refused, dismiss, resolve
 from receipts.web import create_app
 from tests import stripe_events
 from tests.fake_provider import MESSAGES, running_fake_provider
+from tests.helpers import wait_for
 from tests.outbox_states import Db, actions, insert_attempt, insert_row, row
 from tests.resend_events import SECRET as RESEND_SECRET
 from tests.resend_events import event as resend_event
 from tests.resend_events import post as post_resend
+from tests.sessions import waiting_on_a_lock
 from tests.stripe_events import TEST_SECRET, encode, sign
 
 
@@ -486,8 +488,8 @@ def test_two_people_deciding_at_once_one_wins(database_url: str, db: Db) -> None
         resolve(first, key, Decider(performed_by="alice", reason="found"), provider_id="re_a")
         bob = threading.Thread(target=second_person)
         bob.start()
-        bob.join(timeout=0.5)
-        assert bob.is_alive(), "the second decision must wait for the first"
+        wait_for(lambda: waiting_on_a_lock(db), what="the second decision to wait for the first")
+        assert bob.is_alive()
         first.commit()
         bob.join(timeout=10)
     assert "is sent, not in review" in outcome["bob"]

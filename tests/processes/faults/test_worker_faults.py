@@ -18,7 +18,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -201,25 +200,28 @@ def test_worker_killed_while_the_provider_holds_the_request_is_answered_409_then
     fake_provider: FakeProviderClient,
     direct_environ: dict[str, str],
 ) -> None:
-    """SIGKILL while the provider is still working on the request (it goes on
-    and delivers). A looping worker that takes the row over at once meets 409
-    "request with this key in progress" and backs off; a later retry gets the
-    first answer replayed. One delivery."""
+    """SIGKILL while the provider is still working on the request (held at the
+    fake until the test releases it; it then goes on and delivers). A looping
+    worker that takes the row over meets 409 "request with this key in
+    progress" and backs off; once the first request has been answered, a retry
+    gets that answer replayed. One delivery."""
     [key] = insert_pending(db, 1, prefix="in_1Held")
-    # Long enough for the second worker to start, listen and take the row over
-    # while the first request is still held, even on a loaded machine.
-    fake_provider.script({"delay": 6.0})
-    first = start_worker(direct_environ)
-    wait_for(lambda: fake_provider.stats()["in_flight"] == 1)
+    fake_provider.script({"hold": "first"})
+    # The first worker waits for its answer as long as the settings allow (10 s).
+    first = start_worker({**direct_environ, "RECEIPTS_PROVIDER_TIMEOUT": "10"})
+    wait_for(lambda: fake_provider.held("first") == 1, what="the first request held")
     second = start_worker(direct_environ, "--loop", "--poll-seconds", "0.2")
     try:
         wait_for(lambda: listening_workers(db) == 1)
         first.send_signal(signal.SIGKILL)
         first.wait(timeout=10)
-        assert fake_provider.stats()["in_flight"] == 1
         age_leases(db)
+        wait_for(lambda: ("retry", 409) in outcomes(db, key), what="the takeover answered 409")
+        assert fake_provider.stats()["deliveries"] == 0
+        fake_provider.release("first")
         wait_for(lambda: statuses(db) == {"sent": 1})
     finally:
+        fake_provider.release("first")
         second.send_signal(signal.SIGTERM)
     code, _, err = finish(second)
     assert code == 0, err
@@ -228,6 +230,17 @@ def test_worker_killed_while_the_provider_holds_the_request_is_answered_409_then
     assert ("retry", 409) in log[1:-1]
     assert fake_provider.stats()["replays"] == 1
     assert_nothing_lost_nothing_doubled(db, fake_provider, [key])
+
+
+def outcomes(db: Db, key: str) -> list[tuple[str | None, int | None]]:
+    return [(a["outcome"], a["http_status"]) for a in attempt_log(db, key)]
+
+
+def timeouts(db: Db) -> int:
+    row = db.execute(
+        "SELECT count(*) AS n FROM email_attempts WHERE provider_error = 'timeout'"
+    ).fetchone()
+    return row["n"] if row else 0
 
 
 def listening_workers(db: Db) -> int:
@@ -313,13 +326,19 @@ def test_database_cut_in_the_middle_of_a_batch_nothing_half_written_batch_resume
     Every row ends sent with its one delivery; no row is sent without a
     provider id, and every attempt is either finished or the ambiguous one."""
     keys = insert_pending(db, 60, prefix="in_1Cut")
-    fake_provider.configure(latency=0.02)
-    worker = start_worker(proxied_environ, "--loop", "--concurrency", "4", "--poll-seconds", "0.2")
+    # Fifteen answered at once, then four held in flight: the cut lands mid-batch.
+    fake_provider.script(*[{}] * 15, *[{"hold": "cut"}] * 45)
+    environ = {**proxied_environ, "RECEIPTS_PROVIDER_TIMEOUT": "10"}
+    worker = start_worker(environ, "--loop", "--concurrency", "4", "--poll-seconds", "0.2")
     try:
-        wait_for(lambda: fake_provider.stats()["deliveries"] >= 15)
+        wait_for(lambda: fake_provider.held("cut") == 4, what="four sends held mid-batch")
+        assert fake_provider.stats()["deliveries"] == 15
         db_proxy.refuse(True)
         assert db_proxy.cut() > 0
-        time.sleep(0.5)
+        fake_provider.release("cut")  # their answers come back while the database is away
+        wait_for(lambda: fake_provider.stats()["in_flight"] == 0)
+        refused = db_proxy.connections_refused
+        wait_for(lambda: db_proxy.connections_refused > refused, what="a reconnect refused")
         db_proxy.refuse(False)
 
         wait_for(lambda: "pending" not in statuses(db))
@@ -342,7 +361,7 @@ def test_database_cut_in_the_middle_of_a_batch_nothing_half_written_batch_resume
     ("answers", "environ_extra"),
     [
         pytest.param(
-            [{"delay": 1.0}], {"RECEIPTS_PROVIDER_TIMEOUT": "0.3"}, id="slower-than-timeout"
+            [{"hold": "slow"}], {"RECEIPTS_PROVIDER_TIMEOUT": "0.3"}, id="slower-than-timeout"
         ),
         pytest.param(
             [{"status": status} for status in (500, 502, 503, 500, 500, 504) * 3],
@@ -363,17 +382,22 @@ def test_provider_trouble_ends_with_one_delivery_per_receipt(
     answers: list[dict[str, Any]],
     environ_extra: dict[str, str],
 ) -> None:
-    """Timeouts while the provider still delivers, a storm of 5xx, 429 with
-    Retry-After: a looping worker keeps retrying with the same key until every
-    receipt is sent, and each is delivered exactly once."""
+    """A timeout while the provider still delivers (the request is held until the
+    worker has timed out, then delivered), a storm of 5xx, 429 with Retry-After:
+    a looping worker keeps retrying with the same key until every receipt is
+    sent, and each is delivered exactly once."""
     keys = insert_pending(db, 12, prefix="in_1Trouble")
     fake_provider.script(*answers)
     worker = start_worker(
         {**direct_environ, **environ_extra}, "--loop", "--concurrency", "4", "--poll-seconds", "0.2"
     )
     try:
+        if any("hold" in answer for answer in answers):
+            wait_for(lambda: timeouts(db) > 0, what="the worker to time out")
+            fake_provider.release("slow")
         wait_for(lambda: statuses(db) == {"sent": 12}, timeout=40)
     finally:
+        fake_provider.release("slow")
         worker.send_signal(signal.SIGTERM)
     code, _, err = finish(worker)
     assert code == 0, err

@@ -203,8 +203,15 @@ def test_events_with_a_missing_null_or_mistyped_field_never_fail_the_server(
         assert events_after == events_before
 
 
+# Out of the 300 s tolerance by 5 s at least: the signature's timestamp is whole
+# seconds, and the request is checked a moment after it was signed, so a
+# timestamp 301 s ahead is sometimes no more than 300 s ahead when it is checked
+# (the exact boundary is tested with a margin in test_web.py).
+OUT_OF_TOLERANCE = [-10_000, -305, 305, 10_000]
+
+
 @given(
-    stamp_offset=st.sampled_from([-10_000, -301, 301, 10_000]) | st.integers(-299, 299),
+    stamp_offset=st.sampled_from(OUT_OF_TOLERANCE) | st.integers(-299, 299),
     prefix=st.sampled_from(["", "t=abc,", "v0=deadbeef,", "v1=,", " ", "t=1,t=2,"]),
     suffix=st.sampled_from(["", ",v1=00", ",v1=zz", ",", ",x=y", "\t"]),
     content_type=st.sampled_from(

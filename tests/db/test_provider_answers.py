@@ -8,9 +8,10 @@ cannot show: the quota pause seen by a second worker and by a ``--loop``
 worker, the cap on a provider's wait, and the exit code of a run whose every
 send failed. One sender, unless a test says otherwise: the scripted answer is the
 first request's, and no other request is in flight when it comes. The table
-without a database is tests/unit/test_decisions.py;
-the same pause across worker processes, and the pace kept under the
-provider's enforced rate, are in tests/processes/test_worker_processes.py.
+without a database is tests/unit/test_decisions.py; the same pause across
+worker processes is in tests/processes/test_worker_processes.py. The pace of
+sends against a provider that enforces its rate is measured, in real time, by
+bench/pacing.py.
 """
 
 from __future__ import annotations

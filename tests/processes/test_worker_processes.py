@@ -238,25 +238,6 @@ def test_a_quota_pauses_every_worker_process_and_status_says_until_when(
     assert run_command(env, "status").returncode == 0
 
 
-def test_the_default_pace_keeps_under_the_providers_enforced_rate(
-    db: DB, database_url: str, fake: FakeProviderClient
-) -> None:
-    """The fake (a process of its own) enforces Resend's default 5 requests/s with a
-    sliding one-second window; `receipts worker` at its defaults (no
-    RECEIPTS_SEND_RATE, 8 senders) gets no 429 and sends 15 receipts in about 14
-    intervals of 1.05/5 s. bench/pacing.py does the same with 200."""
-    fake.configure(rate_limit=5)
-    insert_pending(db, 15)
-    env = worker_env(database_url, fake)
-    del env["RECEIPTS_SEND_RATE"]
-    code, out, err = finish(start_worker(env))
-    assert code == 0, err
-    assert "sent=15 " in out and "rate_limited=0 " in out
-    assert fake.stats()["rate_limited"] == 0
-    arrivals = fake.arrivals()
-    assert 14 * 0.2 <= arrivals[-1] - arrivals[0] < 14 * 0.21 + 2.0
-
-
 def test_a_provider_failing_every_send_exits_5_naming_it(db: DB, database_url: str) -> None:
     """Resend unreachable: exit 5 with one line saying every send failed (a cron job
     failing every minute no longer looks healthy); the rows wait as pending."""

@@ -52,7 +52,7 @@ def work_in_background(settings: Settings, **options: Any) -> Iterator[list[Work
     assert result, "the worker run failed (see its traceback above)"
 
 
-def patient(settings: Settings, *, lease_seconds: float = 60.0) -> Settings:
+def patient(settings: Settings, *, lease_seconds: int = 60) -> Settings:
     """``settings`` with a read timeout no held request outlasts (30 s) and a lease
     to match: for tests that hold a request at the fake provider and release it
     when they choose, so the worker's own timeout never decides for them."""

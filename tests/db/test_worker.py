@@ -9,6 +9,7 @@ stop. The table itself, without a database, is tests/unit/test_decisions.py.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -108,9 +109,13 @@ def test_the_send_rate_cap_spaces_requests(
     interval = (1 + RATE_MARGIN) / 10.0
     insert_pending(db, 10)
     settings = replace(worker_settings, send_rate=10.0)
+
+    def requests_reach(count: int) -> Callable[[], bool]:
+        return lambda: fake.stats()["requests"] >= count
+
     with work_in_background(settings, concurrency=8, clock=clock) as result:
         for sent in range(1, 11):
-            wait_for(lambda n=sent: fake.stats()["requests"] >= n, what=f"request {sent}")
+            wait_for(requests_reach(sent), what=f"request {sent}")
             assert fake.stats()["requests"] == sent
             clock.advance(1.01 * interval)
     assert result[0].sent == 10

@@ -30,8 +30,8 @@ from receipts.delivery.decisions import (
     RESEND_ERRORS,
     Decision,
     decide,
-    retry_delay,
 )
+from receipts.delivery.pacing import retry_delay
 from receipts.delivery.providers import ProviderAnswer, classify_response
 from receipts.vocabulary import AttemptOutcome, PauseReason, ReviewReason, RowStatus
 from tests.resend_errors import DOCUMENTED
@@ -376,4 +376,4 @@ def test_backoff_never_retries_before_retry_after_but_caps_it() -> None:
 )  # fmt: skip
 def test_retry_after_is_read_as_seconds_or_a_date(value: str, seconds: float | None) -> None:
     """Delta-seconds, an HTTP date (past: 0), infinity kept for the cap; nonsense is None."""
-    assert http(429, **{"Retry-After": value}).retry_after == seconds
+    assert http(429, None, **{"Retry-After": value}).retry_after == seconds

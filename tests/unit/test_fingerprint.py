@@ -14,7 +14,7 @@ from receipts.ingest.receipt import (
     legacy_fingerprint,
 )
 from tests import stripe_events
-from tests.receipt_examples import derive, example, renderer
+from tests.receipt_examples import derive, example, job, renderer
 
 
 def fingerprints(event: dict[str, Any]) -> tuple[str, str]:
@@ -49,7 +49,7 @@ def test_reminted_link_tokens_do_not_change_the_fingerprint() -> None:
 def test_the_rendering_does_not_change_the_fingerprint() -> None:
     """A template deploy or another language between two deliveries is not a conflict."""
     event = example("invoice_paid_jpy")
-    assert derive(event).fingerprint == derive(event, renderer("ja_JP")).fingerprint
+    assert job(event).fingerprint == job(event, renderer("ja_JP")).fingerprint
 
 
 @pytest.mark.parametrize(

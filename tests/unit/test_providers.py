@@ -30,7 +30,7 @@ KEY = "platform/test/in_1Provider/invoice-paid"
 
 
 def payload(**overrides: object) -> bytes:
-    document = {
+    document: dict[str, object] = {
         "from": "Billing <billing@example.com>",
         "to": ["jenny.rosen@example.com"],
         "subject": "Receipt for invoice ABC-0001",

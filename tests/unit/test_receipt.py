@@ -149,6 +149,7 @@ def test_fingerprint_ignores_rendering_but_not_meaning() -> None:
     other_template = derive_receipt(
         parse_event(stripe_events.event(invoice)), Renderer(locale="de_DE"), email_from=FROM
     )
+    assert isinstance(other_template, ReceiptJob)
     assert other_template.fingerprint == base.fingerprint
     assert other_template.payload != base.payload
     for change in ({"amount_paid": 2000}, {"customer_email": "b@example.com"}):
@@ -182,6 +183,7 @@ def test_templates_can_be_overridden_from_a_directory(tmp_path: Any) -> None:
         renderer,
         email_from=FROM,
     )
+    assert isinstance(job, ReceiptJob)
     assert job.payload["subject"] == "Paid: N-1 ($19.99)"
     assert "Download a PDF" in job.payload["text"]
 

@@ -112,6 +112,9 @@ class EmbeddedServer:
         with fasteners.InterProcessLock(PostgresServer.lock_path):
             if _owners(self.data_dir) == [os.getpid()]:
                 stop_within(self.data_dir)
+                # Stopped: the package must not try again (its handle on the
+                # postmaster may still see the unreaped process).
+                self._handle._postmaster_info = None
             self._handle.cleanup()  # the owners' bookkeeping (and deletion)
         if self._delete_on_exit and not self.data_dir.exists():
             with contextlib.suppress(OSError):

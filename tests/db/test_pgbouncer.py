@@ -214,15 +214,19 @@ def test_operator_commands_and_the_privilege_check_work_through_pgbouncer(
             assert privileges.refusals(conn, process) == [], process
 
 
+@pytest.mark.slow
 def test_the_ingest_and_worker_suites_pass_through_pgbouncer(pgbouncer: PgBouncer) -> None:
     """tests/db/test_web.py and tests/db/test_worker.py, whole, with every database
-    reached through PgBouncer in transaction mode (RECEIPTS_TEST_THROUGH_PGBOUNCER=1)."""
+    reached through PgBouncer in transaction mode (RECEIPTS_TEST_THROUGH_PGBOUNCER=1).
+
+    Slow (about as long as the rest of the database tier on two cores): the
+    default run has the tests above; ``pytest -m slow`` (and .ci/run) runs this."""
     # The run's own PgBouncer runs as its own system user: it keeps its files in the
     # temp directory of this run, not in this test's private one.
     environment = {**os.environ, "RECEIPTS_TEST_THROUGH_PGBOUNCER": "1", "PYTHONPATH": str(ROOT),
                    "TMPDIR": str(RUN_TEMP_DIR)}  # fmt: skip
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x",
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x", "-m", "not slow",
          "tests/db/test_web.py", "tests/db/test_worker.py"],
         cwd=ROOT, env=environment, capture_output=True, text=True, timeout=900, check=False,
     )  # fmt: skip

@@ -430,12 +430,13 @@ def test_429_retry_after_pauses_every_send_of_the_worker(
     assert statuses(db) == {"sent": 6}
 
 
-@pytest.mark.parametrize("processes", [2, 4])
 def test_racing_worker_processes_request_every_key_once(
-    db: Db, fake_provider: FakeProviderClient, direct_environ: dict[str, str], processes: int
+    db: Db, fake_provider: FakeProviderClient, direct_environ: dict[str, str]
 ) -> None:
-    """Two, then four worker processes started together over the same 2,000
-    rows: SKIP LOCKED and leases mean each key is requested exactly once."""
+    """Four worker processes started together over the same 2,000 rows: SKIP
+    LOCKED and leases mean each key is requested exactly once. (Two processes:
+    tests/processes/test_worker_processes.py.)"""
+    processes = 4
     keys = insert_pending(db, 2000, prefix="in_1Race")
     workers = [start_worker(direct_environ, "--concurrency", "8") for _ in range(processes)]
     results = [finish(worker, timeout=120) for worker in workers]

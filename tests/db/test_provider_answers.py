@@ -206,7 +206,7 @@ def test_a_loop_worker_waits_out_a_pause_another_worker_recorded_and_resumes_whe
         with database.transaction() as conn:
             assert clear_pause(conn, "resend") is not None
         database.close()
-        wait_for(lambda: fake.stats()["deliveries"] == 5, timeout=10)
+        wait_for(lambda: fake.stats()["deliveries"] == 5)
         stop.set()
     assert result[0].final_exit_code() == ExitCode.OK and result[0].sent == 5
     assert db.execute("SELECT sum(attempts) AS n FROM email_outbox").fetchone() == {"n": 5}
@@ -266,7 +266,7 @@ def test_a_loop_worker_caps_the_providers_wait_and_says_so(
         clock.advance(0.9)
         assert fake.stats()["deliveries"] == 0
         clock.advance(0.1)  # the cap has passed: the others go out, then the refused row
-        wait_for(lambda: fake.stats()["deliveries"] == 3, timeout=15)
+        wait_for(lambda: fake.stats()["deliveries"] == 3)
         stop.set()
     [paused] = [r for r in caplog.records if r.getMessage().startswith("provider asked us")]
     fields = paused.receipts_fields  # type: ignore[attr-defined]

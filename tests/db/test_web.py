@@ -597,7 +597,7 @@ def test_stale_pooled_connections_do_not_fail_a_delivery(client: FlaskClient, db
         ours = psutil.Process().net_connections(kind="tcp")
         return not any(c.laddr.port in ports and c.status == "ESTABLISHED" for c in ours)
 
-    wait_for(goodbyes_arrived, timeout=10, what="the server's close to reach the pool's sockets")
+    wait_for(goodbyes_arrived, what="the server's close to reach the pool's sockets")
     assert post(client, stripe_events.event()).status_code == 200
     assert client.get("/readyz").status_code == 200
     assert len(outbox(db)) == 2

@@ -142,7 +142,7 @@ def test_loop_worker_sends_new_rows_and_exits_0_on_sigterm(
     worker = start_worker(env, "--loop", "--poll-seconds", "0.2")
     try:
         [key] = insert_pending(db, 1)
-        wait_for(lambda: outbox_row(db, key)["status"] == "sent", timeout=20)
+        wait_for(lambda: outbox_row(db, key)["status"] == "sent")
     finally:
         worker.send_signal(signal.SIGTERM)
     code, out, err = finish(worker, timeout=20)
@@ -163,7 +163,7 @@ def test_sigterm_during_sends_finishes_or_releases_every_row(
                      RECEIPTS_SEND_RATE="0.05", RECEIPTS_LEASE_SECONDS="600")  # fmt: skip
     worker = start_worker(env, "--loop", "--concurrency", "4")
     try:
-        wait_for(lambda: fake.held("in-flight") == 1, timeout=20)
+        wait_for(lambda: fake.held("in-flight") == 1)
         worker.send_signal(signal.SIGTERM)
         wait_for(lambda: released_attempts(db) > 0, what="the waiting rows let go")
     finally:

@@ -207,14 +207,14 @@ def test_worker_killed_while_the_provider_holds_the_request_is_answered_409_then
     gets that answer replayed. One delivery."""
     [key] = insert_pending(db, 1, prefix="in_1Held")
     fake_provider.script({"hold": "first"})
-    # The first worker waits for its answer as long as the settings allow (10 s).
+    # Killed as soon as its request is held: long before its own timeout (10 s).
     first = start_worker({**direct_environ, "RECEIPTS_PROVIDER_TIMEOUT": "10"})
     wait_for(lambda: fake_provider.held("first") == 1, what="the first request held")
+    first.send_signal(signal.SIGKILL)
+    first.wait(timeout=10)
     second = start_worker(direct_environ, "--loop", "--poll-seconds", "0.2")
     try:
         wait_for(lambda: listening_workers(db) == 1)
-        first.send_signal(signal.SIGKILL)
-        first.wait(timeout=10)
         age_leases(db)
         wait_for(lambda: ("retry", 409) in outcomes(db, key), what="the takeover answered 409")
         assert fake_provider.stats()["deliveries"] == 0

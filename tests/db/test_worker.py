@@ -480,10 +480,11 @@ def test_loop_mode_is_woken_by_notify_and_stops_on_request(
     runner.start()
     try:
         wait_for(lambda: listening(db))
+        # Well within the 60 s poll: only a NOTIFY can have woken it.
         first = post_paid_invoice(client)
-        wait_for(lambda: outbox_row(db, first)["status"] == "sent")
+        wait_for(lambda: outbox_row(db, first)["status"] == "sent", timeout=30)
         second = post_paid_invoice(client)
-        wait_for(lambda: outbox_row(db, second)["status"] == "sent")
+        wait_for(lambda: outbox_row(db, second)["status"] == "sent", timeout=30)
     finally:
         stop.set()
         runner.join(timeout=10)

@@ -50,7 +50,8 @@ LISTEN_HOST = "127.0.0.1"
 # this long, then the server's processes are killed.
 FAST_SHUTDOWN_SECONDS = 10
 IMMEDIATE_SHUTDOWN_SECONDS = 5
-SHUTDOWN_BOUND_SECONDS = FAST_SHUTDOWN_SECONDS + IMMEDIATE_SHUTDOWN_SECONDS + 5
+# Both, plus a little for pg_ctl itself and for the killed processes to go.
+SHUTDOWN_BOUND_SECONDS = FAST_SHUTDOWN_SECONDS + IMMEDIATE_SHUTDOWN_SECONDS + 10
 
 
 class EmbeddedUnavailable(RuntimeError):
@@ -193,7 +194,7 @@ def _pg_ctl_stop(data_dir: Path, mode: str, seconds: float) -> bool:
     with tempfile.TemporaryFile() as output:  # not a pipe: see _start_listening_on_tcp
         try:
             result = subprocess.run(command, stdout=output, stderr=output, user=_server_user(),
-                                    timeout=seconds + 10, check=False)  # fmt: skip
+                                    timeout=seconds + 2, check=False)  # fmt: skip
         except subprocess.TimeoutExpired:
             return False
     return result.returncode == 0
@@ -211,7 +212,7 @@ def _kill_server(pid: int) -> None:
     for process in processes:
         with contextlib.suppress(psutil.Error):
             process.kill()
-    psutil.wait_procs(processes, timeout=5)
+    psutil.wait_procs(processes, timeout=3)
 
 
 def _server_user() -> str | None:

@@ -39,9 +39,15 @@ class Deadline:
 
 
 class Deadlines:
-    """A heap of deadlines and the one daemon thread that acts on them."""
+    """A heap of deadlines and the one daemon thread that acts on them.
 
-    def __init__(self) -> None:
+    Deadlines are read on ``clock`` (``time.monotonic``; a test passes a clock
+    it moves itself). The thread waits in real seconds until the earliest
+    deadline is due by that clock, and then looks at the clock again.
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
         self._wake = threading.Condition()
         self._heap: list[Deadline] = []
         self._serials = itertools.count()
@@ -51,7 +57,7 @@ class Deadlines:
     @contextmanager
     def after(self, seconds: float, action: Action) -> Iterator[Deadline]:
         """Run ``action`` in ``seconds`` unless the block has ended by then."""
-        deadline = Deadline(time.monotonic() + seconds, next(self._serials), action)
+        deadline = Deadline(self._clock() + seconds, next(self._serials), action)
         with self._wake:
             self._ensure_thread()
             heapq.heappush(self._heap, deadline)
@@ -88,7 +94,7 @@ class Deadlines:
             if not self._heap:
                 self._wake.wait()
                 continue
-            delay = self._heap[0].at - time.monotonic()
+            delay = self._heap[0].at - self._clock()
             if delay > 0:
                 self._wake.wait(delay)
                 continue

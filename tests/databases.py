@@ -33,12 +33,13 @@ import secrets
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import psycopg
 from psycopg import sql
 
-from receipts.dev.embedded import EmbeddedServer, default_data_dir, start_server, with_database
+from receipts.dev.embedded import EmbeddedServer, start_server, with_database
 from receipts.migrations import migrate
 
 # Catalogs of one database that any DDL, GRANT or ALTER writes to.
@@ -278,15 +279,16 @@ def _children_first(tables: list[str], edges: list[tuple[str, str]]) -> tuple[st
 
 
 @contextlib.contextmanager
-def shared_embedded_server(run_id: str) -> Iterator[str]:
+def shared_embedded_server(run_id: str, temp_dir: Path) -> Iterator[str]:
     """An embedded server for every process of test run ``run_id``; yields an admin URL.
 
-    The first process to get here creates and starts it (under a file lock, so
-    the others wait rather than race to initialize it) and the others attach;
+    Its data directory is under ``temp_dir``, the same for every process of the
+    run. The first process to get here creates and starts it (under a file lock,
+    so the others wait rather than race to initialize it) and the others attach;
     the last to leave stops it and deletes its data directory. It runs with
     fsync off: a throwaway server need not survive a crash of the machine.
     """
-    data_dir = default_data_dir(f"test-{run_id}")
+    data_dir = temp_dir / f"receipts-test-{run_id}-{os.getuid()}" / "pgdata"
     lock_path = data_dir.parent.with_name(data_dir.parent.name + ".lock")
     with lock_path.open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)

@@ -58,15 +58,24 @@ Control API (JSON in, JSON out):
   next new requests (replays and 409s do not use them); with ``"replace":
   true`` they replace the answers still queued. ANSWER fields, all
   optional: ``status`` (default 200), ``name`` (error name), ``headers``
-  (extra response headers, e.g. ``{"Retry-After": "2"}``), ``delay`` (seconds
-  before answering, nothing delivered meanwhile), ``hold`` (seconds to wait
-  *after* accepting and delivering, before answering: the answer arrives
-  late, or never if the client died), ``no_id`` (a 2xx without an id; nothing
+  (extra response headers, e.g. ``{"Retry-After": "2"}``), ``hold`` (a gate
+  name: the request waits there, accepted but nothing delivered, until the
+  gate is released), ``hold_answer`` (a gate name: accepted and delivered at
+  once, the answer waits until the gate is released: it arrives late, or
+  never if the client died), ``no_id`` (a 2xx without an id; nothing
   delivered), ``key`` (use this answer only for that Idempotency-Key),
   ``message`` (the error body's message instead of Resend's for the name).
-* ``POST /_config``: ``{"latency": s, "idempotency": bool, "api_key": str|null,
-  "rate_limit": n|null, "rate_window": s, "daily_quota": n|null,
-  "monthly_quota": n|null, "quota_retry_after": s|null}``.
+* ``POST /_release``: ``{"gate": NAME}`` lets every request held at that gate
+  go on, and every later one pass it at once. ``GET /_stats`` says how many
+  wait at each gate (``held``). Gates let a test decide when an answer comes,
+  rather than guess how long a delay must be: a request held until released
+  outlasts any client's timeout, however loaded the machine.
+* ``POST /_config``: ``{"latency": s, "hold": NAME|null, "idempotency": bool,
+  "api_key": str|null, "rate_limit": n|null, "rate_window": s,
+  "daily_quota": n|null, "monthly_quota": n|null, "quota_retry_after": s|null}``.
+  ``hold`` holds every new request at that gate (as the answer field does);
+  ``latency`` (seconds per new request) is for benchmarks, which measure a
+  provider that takes its time; tests hold and release instead.
 
 Domains (``receipts doctor``), a separate block below:
 
@@ -153,8 +162,8 @@ class _Answer:
     status: int = 200
     name: str | None = None
     headers: dict[str, str] = field(default_factory=dict)
-    delay: float = 0.0
-    hold: float = 0.0
+    hold: str | None = None
+    hold_answer: str | None = None
     no_id: bool = False
     key: str | None = None
     message: str | None = None
@@ -252,8 +261,11 @@ class FakeResend:
         self.latency = latency
         self.api_key = api_key
         self.idempotency = idempotency
+        self.hold_every: str | None = None
         self._lock = threading.Lock()
         self.limits = _Limits()
+        self._gates: dict[str, threading.Event] = {}
+        self._held: Counter[str] = Counter()
         self._reset_state()
 
     def _reset_state(self) -> None:
@@ -271,12 +283,35 @@ class FakeResend:
         self.quota_refused = 0
 
     def reset(self) -> None:
-        """Forget keys, deliveries and counters (the configured limits stay)."""
+        """Forget keys, deliveries and counters (the configured limits stay); every
+        held request goes on, and gates are closed again."""
+        self.release_all()
         with self._lock:
             settings = self.limits.settings()
             self._reset_state()
             self.limits = _Limits()
             self.limits.configure(settings)
+            self._gates.clear()
+
+    def release(self, gate: str) -> None:
+        """Requests held at ``gate`` go on; later ones pass it at once."""
+        with self._lock:
+            self._gates.setdefault(gate, threading.Event()).set()
+
+    def release_all(self) -> None:
+        with self._lock:
+            for event in self._gates.values():
+                event.set()
+
+    def _wait_at(self, gate: str) -> None:
+        with self._lock:
+            event = self._gates.setdefault(gate, threading.Event())
+            self._held[gate] += 1
+        try:
+            event.wait()
+        finally:
+            with self._lock:
+                self._held[gate] -= 1
 
     def now(self) -> float:
         return time.time() + self._clock_offset
@@ -294,6 +329,8 @@ class FakeResend:
     def configure(self, settings: dict[str, Any]) -> None:
         with self._lock:
             self.latency = float(settings.get("latency", self.latency))
+            if "hold" in settings:
+                self.hold_every = settings["hold"]
             self.idempotency = bool(settings.get("idempotency", self.idempotency))
             if "api_key" in settings:
                 self.api_key = settings["api_key"]
@@ -312,6 +349,7 @@ class FakeResend:
                 "max_in_flight": self.max_in_flight,
                 "rate_limited": self.rate_limited,
                 "quota_refused": self.quota_refused,
+                "held": {gate: n for gate, n in self._held.items() if n},
             }
 
     def send_email(self, authorization: str | None, key: str | None, body: bytes) -> Reply:
@@ -395,7 +433,11 @@ class FakeResend:
     def _answer_new_request(
         self, key: str | None, body: bytes, answer: _Answer, accepted: list[float]
     ) -> Reply:
-        time.sleep(self.latency + answer.delay)
+        if self.latency:
+            time.sleep(self.latency)
+        gate = answer.hold or self.hold_every
+        if gate is not None:
+            self._wait_at(gate)
         result = self._outcome(key, body, answer, accepted)
         status, headers, content = result
         with self._lock:
@@ -431,7 +473,8 @@ class FakeResend:
                     "created_at": _iso(self.now()),
                 }
             )
-        time.sleep(answer.hold)
+        if answer.hold_answer is not None:
+            self._wait_at(answer.hold_answer)
         return answer.status, {}, json.dumps({"id": email_id}).encode()
 
 
@@ -565,7 +608,8 @@ class _Handler(BaseHTTPRequestHandler):
             limit = 0
         if not 1 <= limit <= 100:
             return _error(422, "validation_error", "The `limit` must be between 1 and 100.")
-        return list_emails(self.server.fake, limit, (query.get("after") or [None])[0])
+        after = query.get("after")
+        return list_emails(self.server.fake, limit, after[0] if after else None)
 
     def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
@@ -584,6 +628,8 @@ class _Handler(BaseHTTPRequestHandler):
             fake.configure(command)
         elif self.path == "/_clock":
             fake.advance_clock(float(command.get("advance", 0)))
+        elif self.path == "/_release":
+            fake.release(str(command["gate"]))
         elif self.path == "/_reset":
             fake.reset()
         elif self.path == "/_domains":
@@ -657,6 +703,15 @@ class FakeProviderClient:
     def configure(self, **settings: Any) -> None:
         self._post("/_config", settings)
 
+    def release(self, gate: str) -> None:
+        """Let the requests held at ``gate`` go on, and later ones pass it at once."""
+        self._post("/_release", {"gate": gate})
+
+    def held(self, gate: str) -> int:
+        """How many requests wait at ``gate`` now."""
+        count: int = self.stats()["held"].get(gate, 0)
+        return count
+
     def advance_clock(self, seconds: float) -> None:
         self._post("/_clock", {"advance": seconds})
 
@@ -684,6 +739,7 @@ def running_fake_provider(**options: Any) -> Iterator[FakeProviderClient]:
     try:
         yield FakeProviderClient(server.url)
     finally:
+        server.fake.release_all()  # no request of a finished test waits on
         server.shutdown()
         server.server_close()
 
@@ -702,9 +758,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     fake.configure({"rate_limit": args.rate_limit, "daily_quota": args.daily_quota})
     server = _Server(args.port, fake)
-    signal.signal(
-        signal.SIGTERM, lambda signum, frame: threading.Thread(target=server.shutdown).start()
-    )
+
+    def stop() -> None:
+        fake.release_all()
+        server.shutdown()
+
+    signal.signal(signal.SIGTERM, lambda signum, frame: threading.Thread(target=stop).start())
     print(f"listening on {server.url}", flush=True)
     try:
         server.serve_forever()

@@ -4,11 +4,19 @@ from __future__ import annotations
 
 import logging
 import socket
+import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import psutil
+
+# The temp directory of the test run itself, read before any test's own replaces
+# it (tests/conftest.py, ``_own_folders``): where the servers every test shares
+# (the embedded PostgreSQL, PgBouncer) keep their files.
+RUN_TEMP_DIR = Path(tempfile.gettempdir())
 
 
 def free_port() -> int:
@@ -27,10 +35,35 @@ def is_running(pid: int) -> bool:
         return False
 
 
+class ManualClock:
+    """A monotonic clock that moves only when the test moves it (``advance``).
+
+    Pass it where the code takes a ``clock`` (``Deadlines``, ``RateLimiter``,
+    ``run_worker``): what is due by that clock then happens when the test says,
+    not when a loaded machine gets round to it.
+    """
+
+    def __init__(self, start: float = 1000.0) -> None:
+        self._now = start
+        self._lock = threading.Lock()
+
+    def __call__(self) -> float:
+        with self._lock:
+            return self._now
+
+    def advance(self, seconds: float) -> None:
+        with self._lock:
+            self._now += seconds
+
+
 def wait_for(
-    condition: Callable[[], object], timeout: float = 20.0, what: str = "the condition"
+    condition: Callable[[], object], timeout: float = 60.0, what: str = "the condition"
 ) -> None:
-    """Poll ``condition`` until it is true; fail the test after ``timeout`` seconds."""
+    """Poll ``condition`` until it is true; fail the test after ``timeout`` seconds.
+
+    The timeout only bounds a failing test: a loaded machine can take many
+    seconds to start a process, and a test that passes never waits for it.
+    """
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() >= deadline:

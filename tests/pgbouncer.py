@@ -94,12 +94,13 @@ def _config(directory: Path, server_url: str, port: int, executable: str) -> Pat
 
 
 @contextmanager
-def running_pgbouncer(server_url: str) -> Iterator[PgBouncer]:
-    """Start PgBouncer in front of ``server_url``; stop it on exit."""
+def running_pgbouncer(server_url: str, temp_dir: Path) -> Iterator[PgBouncer]:
+    """Start PgBouncer in front of ``server_url``, its files in a new folder under
+    ``temp_dir`` (which its own system user must be able to reach); stop it on exit."""
     executable = binary()
     if executable is None:
         raise FileNotFoundError("pgbouncer is not installed")
-    directory = Path(tempfile.mkdtemp(prefix="receipts-pgbouncer-"))
+    directory = Path(tempfile.mkdtemp(prefix="receipts-pgbouncer-", dir=temp_dir))
     port = free_port()
     config = _config(directory, server_url, port, executable)
     log = directory / "pgbouncer.log"

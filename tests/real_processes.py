@@ -132,7 +132,6 @@ def start_worker(environ: Mapping[str, str], *args: str) -> subprocess.Popen[str
     """``receipts worker ARGS`` as a process of its own."""
     return subprocess.Popen(
         [sys.executable, "-m", "receipts.cli", "worker", *args],
-        cwd=REPO,
         env=dict(environ),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -163,7 +162,6 @@ def run_receipts_recording_modules(
     names of every module it imported, recorded as it exited."""
     result = subprocess.run(
         [sys.executable, "-c", _RUN_AND_RECORD_MODULES, str(modules_file), *args],
-        cwd=REPO,
         env=dict(environ),
         capture_output=True,
         text=True,

@@ -66,7 +66,7 @@ class _Handler:
             received = Received(
                 sender=envelope.mail_from,
                 recipients=list(envelope.rcpt_tos),
-                message=message_from_bytes(envelope.original_content, policy=policy.default),  # type: ignore[arg-type]
+                message=message_from_bytes(envelope.original_content, policy=policy.default),
             )
             self.messages.append(received)
             drop = self.drops > 0

@@ -191,7 +191,9 @@ def invoice_payment(invoice_id: str, payment: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def payment_record(record_id: str, *, brand: str = "mastercard", last4: str = "4444") -> dict:
+def payment_record(
+    record_id: str, *, brand: str = "mastercard", last4: str = "4444"
+) -> dict[str, Any]:
     return {
         "id": record_id,
         "object": "payment_record",

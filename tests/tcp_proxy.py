@@ -4,6 +4,8 @@ It sits between a process and PostgreSQL (or any server). The test can:
 
 * ``cut()`` every open connection at once (a reset, as when a database
   restarts or a network path dies), and ``refuse(True)`` new ones meanwhile;
+* ``silence(True)``: accept new connections and never answer them (a server
+  that hangs, or packets lost on the way), until ``silence(False)`` resets them;
 * ``on_client_bytes(pattern, action)`` / ``on_server_bytes(pattern, action)``:
   run ``action`` the moment ``pattern`` passes in that direction, *before* the
   chunk holding it is forwarded. The action decides what happens next: return
@@ -54,9 +56,11 @@ class TcpProxy:
         self._lock = threading.Lock()
         self._open: set[socket.socket] = set()
         self._refusing = False
+        self._silent: list[socket.socket] | None = None  # held, unanswered, while silent
         self._closed = False
         self._watches: dict[str, list[_Watch]] = {"client": [], "server": []}
         self.connections_accepted = 0
+        self.connections_refused = 0  # reset at once by refuse(True)
         threading.Thread(target=self._accept_loop, daemon=True, name="proxy-accept").start()
 
     # --- control -----------------------------------------------------------
@@ -74,6 +78,14 @@ class TcpProxy:
         """While refusing, new connections are accepted and reset at once."""
         with self._lock:
             self._refusing = refusing
+
+    def silence(self, silent: bool) -> None:
+        """While silent, new connections are accepted and never answered; ending
+        the silence resets them."""
+        with self._lock:
+            held, self._silent = self._silent, ([] if silent else None)
+        for sock in held or []:
+            _reset(sock)
 
     def on_client_bytes(self, pattern: bytes, action: Action) -> threading.Event:
         """Watch bytes going to the server; the returned event is set once it fired."""
@@ -114,8 +126,13 @@ class TcpProxy:
             with self._lock:
                 refusing = self._refusing
                 self.connections_accepted += 1
+                if self._silent is not None:
+                    self._silent.append(client)
+                    continue
             if refusing:
                 _reset(client)
+                with self._lock:
+                    self.connections_refused += 1
                 continue
             try:
                 server = socket.create_connection(self.target, timeout=5)

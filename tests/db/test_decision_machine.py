@@ -29,11 +29,12 @@ assertion that failed.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import threading
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,7 +72,7 @@ EXAMPLES = int(os.environ.get("RECEIPTS_DECISION_EXAMPLES", "2"))
 STEPS = int(os.environ.get("RECEIPTS_DECISION_STEPS", "12"))
 INVOICES = ("in_1MachineA", "in_1MachineB")
 RESEND_SUFFIX = re.compile(r"/resend-\d+\Z")
-ANSWERS = {
+ANSWERS: dict[str, dict[str, Any]] = {
     "accept": {},
     "refuse": {"status": 422, "name": "validation_error"},
     "fail": {"status": 500, "name": "internal_server_error"},
@@ -277,8 +278,10 @@ class DecisionMachine(RuleBasedStateMachine):
     @rule(step=STEPS_DRAWN)
     def something_happens(self, step: Any) -> None:
         self.world.steps += 1
-        handlers = {Deliver: self.deliver, WorkerRun: self.worker, KilledWorker: self.killed,
-                    TimePasses: self.later, Decides: self.decides, Race: self.race}  # fmt: skip
+        handlers: dict[type, Callable[[Any], None]] = {
+            Deliver: self.deliver, WorkerRun: self.worker, KilledWorker: self.killed,
+            TimePasses: self.later, Decides: self.decides, Race: self.race,
+        }  # fmt: skip
         handlers[type(step)](step)
 
     # --- what the world does ----------------------------------------------------
@@ -381,7 +384,7 @@ class DecisionMachine(RuleBasedStateMachine):
             )
             for waiting, thread in enumerate(threads, start=1):
                 thread.start()
-                wait_for(lambda n=waiting: self._waiting_for_locks() >= n, 30, "a decision")
+                wait_for(functools.partial(self._waiting_for_at_least, waiting), 30, "a decision")
         if step.with_worker:
             threads.append(threading.Thread(target=work))
             threads[-1].start()
@@ -396,6 +399,9 @@ class DecisionMachine(RuleBasedStateMachine):
         expected = sum(2 if decision.kind == "resend" else 1 for decision in won)
         assert self._count("operator_actions") - actions_before == expected
         self._follow_dismissals(last_action)
+
+    def _waiting_for_at_least(self, sessions: int) -> bool:
+        return self._waiting_for_locks() >= sessions
 
     def _waiting_for_locks(self) -> int:
         """Sessions of this database waiting for a lock (each waits for one at a time)."""

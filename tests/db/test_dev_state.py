@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import os
-import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -40,15 +39,6 @@ def _restore_logging() -> Iterator[None]:
     root.handlers[:], root.level = handlers, level
 
 
-@pytest.fixture(autouse=True)
-def private_temp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """This user's dev pointer lives under a temp directory of this test's own."""
-    folder = tmp_path / "tmp"
-    folder.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(folder))
-    return folder
-
-
 @pytest.fixture
 def dev_server(database_url: str, tmp_path: Path) -> Iterator[tuple[Path, str]]:
     """A state folder recorded as served by this process, its secret, and a real web app
@@ -66,11 +56,13 @@ def dev_server(database_url: str, tmp_path: Path) -> Iterator[tuple[Path, str]]:
     thread.start()
     url = f"http://127.0.0.1:{server.server_port}/webhooks/stripe"
     defaults = {"EMAIL_FROM": DEV_EMAIL_FROM, "RECEIPTS_MAIL_DIR": str(folder / "mail")}
-    record_running(folder, database_url=database_url, webhook_url=url, defaults=defaults)
+    record_running(
+        folder, database_url=database_url, webhook_url=url, defaults=defaults, environ={}
+    )
     try:
         yield folder, url
     finally:
-        forget_running(folder)
+        forget_running(folder, {})
         server.shutdown()
         app.extensions["receipts"].database.close()
 
@@ -94,7 +86,7 @@ def test_a_dev_folder_whose_server_is_stopped_names_database_url(
 ) -> None:
     """The folder is there but `receipts dev` is not running: one line saying so."""
     folder, _ = dev_server
-    forget_running(folder)
+    forget_running(folder, {})
     (folder / "database-id").write_text("abc\n")
     assert main(["status"], {"RECEIPTS_DEV_DIR": str(folder)}) == 2
     err = capsys.readouterr().err
@@ -124,6 +116,33 @@ def test_replay_follows_the_running_dev_server_from_another_folder(
     assert f"-> {url}, 3 delivery(ies):" in out
     assert "1 x 200 queued platform/test/in_1QExamplePaid00000001/invoice-paid" in out
     assert "2 x 200 duplicate platform/test/in_1QExamplePaid00000001/invoice-paid" in out
+
+
+def test_a_dev_server_is_found_only_under_the_temp_folder_it_was_started_with(
+    dev_server: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The note naming the most recently started dev server lives under TMPDIR of
+    the command's environment: a command given another TMPDIR neither finds that
+    dev server from another folder nor replaces the note."""
+    folder, url = dev_server
+    elsewhere, other_temp = tmp_path / "elsewhere", tmp_path / "other-temp"
+    for made in (elsewhere, other_temp, tmp_path / "another-state"):
+        made.mkdir()
+    monkeypatch.chdir(elsewhere)
+    assert find_running({"TMPDIR": str(other_temp)}) is None
+    found = find_running({})
+    assert found is not None and found.webhook_url == url
+    record_running(
+        tmp_path / "another-state",
+        database_url="postgresql://elsewhere/db",
+        webhook_url="http://127.0.0.1:1/webhooks/stripe",
+        defaults={},
+        environ={"TMPDIR": str(other_temp)},
+    )
+    (tmp_path / "another-state" / "dev.json").unlink()
+    found = find_running({})
+    assert found is not None and found.folder == folder
+    assert [path.name for path in other_temp.iterdir()] == [f"receipts-dev-{os.getuid()}.json"]
 
 
 def test_a_dead_dev_server_is_not_found(dev_server: tuple[Path, str]) -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -19,11 +18,8 @@ import pytest
 from flask.testing import FlaskClient
 from psycopg.rows import dict_row
 
-from receipts.config import Settings, load_settings
+from receipts.config import Settings
 from receipts.delivery.claims import claim_ready
-from receipts.delivery.configured import provider_from_settings
-from receipts.delivery.summary import WorkerSummary
-from receipts.delivery.worker import run_worker
 from receipts.ingest.verification import decode_event
 from receipts.operations import review_decisions
 from receipts.operations.review import Decider
@@ -31,46 +27,13 @@ from receipts.receipt.derivation import ReceiptJob, derive_receipt
 from receipts.receipt.payload import render_payload
 from receipts.receipt.rendering import Renderer
 from tests import stripe_events
-from tests.fake_provider import FakeProviderClient, running_fake_provider
+from tests.fake_provider import FakeProviderClient
 from tests.receipt_examples import EXAMPLES
 from tests.stripe_events import TEST_SECRET, encode, sign
+from tests.worker_runs import work
 
 Row = dict[str, Any]
 DB = psycopg.Connection[Row]
-API_KEY = "re_first_claim"
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeProviderClient]:
-    with running_fake_provider(api_key=API_KEY) as client:
-        yield client
-
-
-@pytest.fixture
-def worker_settings(
-    database_url: str, fake: FakeProviderClient, pooling: dict[str, str]
-) -> Settings:
-    loaded = load_settings(
-        {
-            **pooling,
-            "DATABASE_URL": database_url,
-            "RESEND_API_KEY": API_KEY,
-            "RESEND_API_URL": fake.url,
-            "EMAIL_FROM": "Billing <billing@example.com>",
-            "RECEIPTS_PROVIDER_TIMEOUT": "0.5",
-            "RECEIPTS_PROVIDER_CONNECT_TIMEOUT": "0.5",
-            "RECEIPTS_SEND_RATE": "0",
-        }
-    )
-    return replace(loaded, lease_seconds=5)
-
-
-def work(settings: Settings) -> WorkerSummary:
-    provider = provider_from_settings(settings, concurrency=2)
-    try:
-        return run_worker(settings, provider, concurrency=2)
-    finally:
-        provider.close()
 
 
 def deliver(client: FlaskClient, event: dict[str, Any]) -> str:
@@ -235,7 +198,7 @@ def test_a_first_claim_whose_lease_ran_out_before_the_freeze_lets_the_row_go(
 
 
 def example_event(name: str, invoice_id: str, **changes: Any) -> dict[str, Any]:
-    event = json.loads((EXAMPLES / f"{name}.json").read_text(encoding="utf-8"))
+    event: dict[str, Any] = json.loads((EXAMPLES / f"{name}.json").read_text(encoding="utf-8"))
     event["id"] = "evt_" + invoice_id
     event["data"]["object"].update(id=invoice_id, **changes)
     return event

@@ -10,7 +10,6 @@ check the delivery is still classified correctly, and stored once.
 from __future__ import annotations
 
 import threading
-import time
 from typing import Any
 
 import psycopg
@@ -22,6 +21,8 @@ from receipts.ingest.store import IngestResult, ingest
 from receipts.receipt.derivation import Decision, derive_receipt
 from receipts.receipt.event import EventHeader, parse_event
 from tests import stripe_events
+from tests.helpers import wait_for
+from tests.sessions import waiting_on_a_lock
 
 Row = dict[str, Any]
 
@@ -29,14 +30,6 @@ Row = dict[str, Any]
 def decided(event: dict[str, Any]) -> tuple[EventHeader, Decision]:
     header = parse_event(event)
     return header, derive_receipt(header, email_from="billing@example.com")
-
-
-def waiting_on_a_lock(db: psycopg.Connection[Row]) -> bool:
-    row = db.execute(
-        """SELECT count(*) AS n FROM pg_stat_activity
-            WHERE datname = current_database() AND wait_event_type = 'Lock'"""
-    ).fetchone()
-    return bool(row and row["n"])
 
 
 @pytest.mark.parametrize(("second_amount", "expected"), [(1999, "duplicate"), (2500, "conflict")])
@@ -65,10 +58,7 @@ def test_delivery_racing_an_uncommitted_row_is_classified_after_it_commits(
 
             racer = threading.Thread(target=deliver_second)
             racer.start()
-            deadline = time.monotonic() + 10
-            while not waiting_on_a_lock(db):
-                assert time.monotonic() < deadline, "the second delivery never waited"
-                time.sleep(0.01)
+            wait_for(lambda: waiting_on_a_lock(db), 10, "the second delivery to wait")
         racer.join(timeout=10)
     database.close()
 

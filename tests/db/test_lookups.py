@@ -30,10 +30,10 @@ from receipts.operations.lookup import (
 )
 from receipts.web import create_app
 from tests import stripe_events, stripe_objects
-from tests.db.test_resend_webhooks import SECRET as RESEND_SECRET
-from tests.db.test_resend_webhooks import event as resend_event
-from tests.db.test_resend_webhooks import post as post_resend
 from tests.outbox_states import Db, insert_attempt, insert_row
+from tests.resend_events import SECRET as RESEND_SECRET
+from tests.resend_events import event as resend_event
+from tests.resend_events import post as post_resend
 from tests.stripe_events import TEST_SECRET, encode, sign
 
 
@@ -50,8 +50,8 @@ def deliver(client: FlaskClient, event: dict[str, Any]) -> dict[str, Any]:
     response = client.post(
         "/webhooks/stripe", data=body, headers={"Stripe-Signature": sign(body, TEST_SECRET)}
     )
-    assert response.status_code == 200, response.json
-    answer: dict[str, Any] = response.json
+    answer: dict[str, Any] | None = response.json
+    assert response.status_code == 200 and answer is not None, answer
     return answer
 
 

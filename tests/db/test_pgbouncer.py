@@ -15,7 +15,6 @@ import os
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -28,31 +27,23 @@ from receipts import queries
 from receipts.cli import main
 from receipts.config import Settings, load_settings
 from receipts.db import Database
-from receipts.delivery.configured import provider_from_settings
 from receipts.delivery.summary import WorkerSummary
-from receipts.delivery.worker import run_worker
 from receipts.operations import privileges
 from receipts.web import create_app
 from tests import stripe_events
-from tests.fake_provider import FakeProviderClient, running_fake_provider
-from tests.helpers import METRICS_AUTH, METRICS_TOKEN, wait_for
+from tests.fake_provider import FakeProviderClient
+from tests.helpers import METRICS_AUTH, METRICS_TOKEN, RUN_TEMP_DIR, wait_for
 from tests.outbox_states import Db, insert_pending
 from tests.pgbouncer import PgBouncer
 from tests.stripe_events import TEST_SECRET, encode, sign
+from tests.worker_runs import API_KEY, work
 
 ROOT = Path(__file__).resolve().parents[2]
-API_KEY = "re_pgbouncer"
 
 
 @pytest.fixture
 def pooled_url(pgbouncer: PgBouncer, direct_database_url: str) -> str:
     return pgbouncer.url_for(direct_database_url)
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeProviderClient]:
-    with running_fake_provider(api_key=API_KEY) as client:
-        yield client
 
 
 def settings_through(pooled_url: str, fake: FakeProviderClient, **more: str) -> Settings:
@@ -131,11 +122,7 @@ def test_the_cron_worker_drains_through_pgbouncer(
     """A drain of 300 rows (many claims and records per pooled connection) sends each once."""
     insert_pending(db, 300)
     settings = settings_through(pooled_url, fake)
-    provider = provider_from_settings(settings, concurrency=8)
-    try:
-        summary = run_worker(settings, provider, concurrency=8)
-    finally:
-        provider.close()
+    summary = work(settings, concurrency=8)
     assert (summary.sent, summary.error) == (300, None)
     assert fake.stats()["deliveries"] == 300
     assert db.execute(
@@ -147,15 +134,9 @@ def _loop(settings: Settings, stop: threading.Event, poll_seconds: float) -> lis
     result: list[WorkerSummary] = []
 
     def run() -> None:
-        provider = provider_from_settings(settings, concurrency=2)
-        try:
-            result.append(
-                run_worker(
-                    settings, provider, loop=True, stop_event=stop, poll_seconds=poll_seconds
-                )
-            )
-        finally:
-            provider.close()
+        result.append(
+            work(settings, concurrency=2, loop=True, stop_event=stop, poll_seconds=poll_seconds)
+        )
 
     threading.Thread(target=run, daemon=True).start()
     return result
@@ -179,7 +160,8 @@ def test_the_loop_worker_listens_on_the_direct_url(
             )
         finally:
             app.extensions["receipts"].database.close()
-        wait_for(lambda: fake.stats()["deliveries"] == 1, timeout=10, what="the woken send")
+        # Well within the 60 s poll: only the NOTIFY can have woken it.
+        wait_for(lambda: fake.stats()["deliveries"] == 1, timeout=30, what="the woken send")
     finally:
         stop.set()
         wait_for(lambda: bool(result), what="the worker to stop")
@@ -198,7 +180,7 @@ def test_without_a_direct_url_the_loop_worker_polls_and_says_so(
     result = _loop(settings, stop, poll_seconds=0.3)
     try:
         insert_pending(db, 3)
-        wait_for(lambda: fake.stats()["deliveries"] == 3, timeout=15, what="polled sends")
+        wait_for(lambda: fake.stats()["deliveries"] == 3, what="polled sends")
     finally:
         stop.set()
         wait_for(lambda: bool(result), what="the worker to stop")
@@ -233,12 +215,19 @@ def test_operator_commands_and_the_privilege_check_work_through_pgbouncer(
             assert privileges.refusals(conn, process) == [], process
 
 
+@pytest.mark.slow
 def test_the_ingest_and_worker_suites_pass_through_pgbouncer(pgbouncer: PgBouncer) -> None:
     """tests/db/test_web.py and tests/db/test_worker.py, whole, with every database
-    reached through PgBouncer in transaction mode (RECEIPTS_TEST_THROUGH_PGBOUNCER=1)."""
-    environment = {**os.environ, "RECEIPTS_TEST_THROUGH_PGBOUNCER": "1", "PYTHONPATH": str(ROOT)}
+    reached through PgBouncer in transaction mode (RECEIPTS_TEST_THROUGH_PGBOUNCER=1).
+
+    Slow (about as long as the rest of the database tier on two cores): the
+    default run has the tests above; ``pytest -m slow`` (and .ci/run) runs this."""
+    # The run's own PgBouncer runs as its own system user: it keeps its files in the
+    # temp directory of this run, not in this test's private one.
+    environment = {**os.environ, "RECEIPTS_TEST_THROUGH_PGBOUNCER": "1", "PYTHONPATH": str(ROOT),
+                   "TMPDIR": str(RUN_TEMP_DIR)}  # fmt: skip
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x",
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x", "-m", "not slow",
          "tests/db/test_web.py", "tests/db/test_worker.py"],
         cwd=ROOT, env=environment, capture_output=True, text=True, timeout=900, check=False,
     )  # fmt: skip

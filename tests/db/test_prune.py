@@ -221,7 +221,8 @@ def test_redelivery_after_details_pruned_is_still_a_duplicate(
     event = stripe_events.event(stripe_events.invoice(id="in_1Resent"))
     body = encode(event)
     headers = {"Stripe-Signature": sign(body, TEST_SECRET)}
-    assert client.post("/webhooks/stripe", data=body, headers=headers).json["outcome"] == "queued"
+    first = client.post("/webhooks/stripe", data=body, headers=headers)
+    assert first.json is not None and first.json["outcome"] == "queued"
     db.execute(
         """UPDATE email_outbox SET status = 'sent', provider_id = 're_1',
                                    created_at = now() - interval '40 days 1 minute',
@@ -233,6 +234,6 @@ def test_redelivery_after_details_pruned_is_still_a_duplicate(
 
     headers = {"Stripe-Signature": sign(body, TEST_SECRET)}
     response = client.post("/webhooks/stripe", data=body, headers=headers)
-    assert response.status_code == 200 and response.json["outcome"] == "duplicate"
+    assert response.json is not None and response.json["outcome"] == "duplicate"
     [row] = db.execute("SELECT status, payload FROM email_outbox").fetchall()
     assert row == {"status": "sent", "payload": None}

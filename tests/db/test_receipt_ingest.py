@@ -3,28 +3,18 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator
 from typing import Any
 
 import psycopg
-import pytest
 from flask.testing import FlaskClient
 
 from receipts.config import Settings, load_settings
-from receipts.delivery.configured import provider_from_settings
-from receipts.delivery.worker import run_worker
-from tests.fake_provider import FakeProviderClient, running_fake_provider
+from tests.fake_provider import FakeProviderClient
 from tests.receipt_examples import example
 from tests.stripe_events import TEST_SECRET, encode, sign
+from tests.worker_runs import API_KEY, work
 
 Row = dict[str, Any]
-API_KEY = "re_receipt_test"
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeProviderClient]:
-    with running_fake_provider(api_key=API_KEY) as client:
-        yield client
 
 
 def post(client: FlaskClient, event: dict[str, Any]) -> Any:
@@ -40,11 +30,7 @@ def send_all(database_url: str, fake: FakeProviderClient) -> None:
     settings: Settings = load_settings(
         {"DATABASE_URL": database_url, "RESEND_API_KEY": API_KEY, "RESEND_API_URL": fake.url}
     )
-    provider = provider_from_settings(settings, concurrency=1)
-    try:
-        run_worker(settings, provider, concurrency=1)
-    finally:
-        provider.close()
+    work(settings, concurrency=1)
 
 
 def test_reminted_links_are_one_row_one_email_and_a_duplicate(

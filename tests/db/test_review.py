@@ -21,10 +21,12 @@ from receipts.operations.review_decisions import dismiss, resolve
 from receipts.web import create_app
 from tests import stripe_events
 from tests.fake_provider import MESSAGES, running_fake_provider
+from tests.helpers import wait_for
 from tests.outbox_states import Db, actions, insert_attempt, insert_row, row
 from tests.resend_events import SECRET as RESEND_SECRET
 from tests.resend_events import event as resend_event
 from tests.resend_events import post as post_resend
+from tests.sessions import waiting_on_a_lock
 from tests.stripe_events import TEST_SECRET, encode, sign
 
 
@@ -523,8 +525,8 @@ def test_two_people_deciding_at_once_one_wins(database_url: str, db: Db) -> None
         resolve(first, key, Decider(performed_by="alice", reason="found"), provider_id="re_a")
         bob = threading.Thread(target=second_person)
         bob.start()
-        bob.join(timeout=0.5)
-        assert bob.is_alive(), "the second decision must wait for the first"
+        wait_for(lambda: waiting_on_a_lock(db), what="the second decision to wait for the first")
+        assert bob.is_alive()
     bob.join(timeout=10)
     assert f"{key} was sent at" in outcome["bob"] and "alice recorded" in outcome["bob"]
     after = row(db, key)

@@ -37,6 +37,7 @@ from receipts.delivery.claims import claim_ready, record_attempt
 from receipts.delivery.decisions import AttemptResult
 from receipts.ingest.delivery_events import DeliveryEvent, record_delivery_event
 from receipts.operations import privileges
+from receipts.vocabulary import AttemptOutcome, RowStatus
 from receipts.web import create_app
 from tests import stripe_events
 from tests.helpers import METRICS_AUTH
@@ -285,7 +286,12 @@ def test_worker_role_claims_and_records_but_cannot_create_or_delete(
             held = record_attempt(
                 conn,
                 claimed,
-                AttemptResult(status="sent", outcome="sent", http_status=200, provider_id="re_w"),
+                AttemptResult(
+                    status=RowStatus.SENT,
+                    outcome=AttemptOutcome.SENT,
+                    http_status=200,
+                    provider_id="re_w",
+                ),
             )
     assert held and row(db, key)["status"] == "sent"
     assert refused(worker_url, "DELETE FROM email_outbox")
@@ -351,7 +357,7 @@ def _refusals(database_url: str, query_file: str, role: str) -> dict[str, str]:
 def _outbox_changes(plan: Any) -> set[str]:
     """How the plan modifies email_outbox rows: Update, Delete, Merge, or an
     insert whose ON CONFLICT updates (plain inserts create rows, never change them)."""
-    found = set()
+    found: set[str] = set()
     nodes = [plan] if isinstance(plan, dict) else list(plan)
     while nodes:
         node = nodes.pop()
@@ -363,7 +369,7 @@ def _outbox_changes(plan: Any) -> set[str]:
                 if operation == "Insert" and node.get("Conflict Resolution") == "UPDATE":
                     operation = "Insert ... ON CONFLICT DO UPDATE"
                 if operation != "Insert":
-                    found.add(operation)
+                    found.add(str(operation))
             nodes.extend(node.values())
         elif isinstance(node, list):
             nodes.extend(node)

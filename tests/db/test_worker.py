@@ -8,10 +8,8 @@ stop. The table itself, without a database, is tests/unit/test_decisions.py.
 
 from __future__ import annotations
 
-import itertools
 import threading
-import time
-from collections.abc import Iterator
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -22,63 +20,31 @@ from flask.testing import FlaskClient
 
 from receipts import queries
 from receipts.config import Settings, load_settings
-from receipts.delivery.configured import provider_from_settings
+from receipts.delivery.pacing import RATE_MARGIN
 from receipts.delivery.providers.resend import ResendProvider
 from receipts.delivery.summary import WorkerSummary
-from receipts.delivery.worker import run_worker
 from tests import stripe_events
-from tests.fake_provider import FakeProviderClient, running_fake_provider
-from tests.helpers import wait_for
+from tests.fake_provider import FakeProviderClient
+from tests.helpers import ManualClock, wait_for
 from tests.outbox_states import insert_pending
 from tests.outbox_states import row as outbox_row
 from tests.stripe_events import TEST_SECRET, encode, sign
+from tests.worker_runs import API_KEY, patient, work, work_in_background
 
 Row = dict[str, Any]
 DB = psycopg.Connection[Row]
-API_KEY = "re_worker_test"
 # The listener's statement, as the server records it, starts with its name line.
 LISTEN_STATEMENT = queries.load("delivery")["listen"].splitlines()[0] + "\n"
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeProviderClient]:
-    with running_fake_provider(api_key=API_KEY) as client:
-        yield client
-
-
-@pytest.fixture
-def worker_settings(
-    database_url: str, fake: FakeProviderClient, pooling: dict[str, str]
-) -> Settings:
-    """Short timeouts and leases so failure cases finish in well under a second."""
-    settings = load_settings(
-        {
-            **pooling,
-            "DATABASE_URL": database_url,
-            "RESEND_API_KEY": API_KEY,
-            "RESEND_API_URL": fake.url,
-            "RECEIPTS_PROVIDER_TIMEOUT": "0.5",
-            "RECEIPTS_PROVIDER_CONNECT_TIMEOUT": "0.5",
-            # Uncapped, so tests of many rows finish fast; pacing has tests of its own.
-            "RECEIPTS_SEND_RATE": "0",
-        }
-    )
-    return replace(settings, lease_seconds=5)
-
-
-def work(settings: Settings, **options: Any) -> WorkerSummary:
-    options.setdefault("concurrency", 4)
-    provider = provider_from_settings(settings, concurrency=options["concurrency"])
-    try:
-        return run_worker(settings, provider, **options)
-    finally:
-        provider.close()
 
 
 def attempts(db: DB, key: str) -> list[Row]:
     return db.execute(
         "SELECT * FROM email_attempts WHERE message_key = %s ORDER BY id", (key,)
     ).fetchall()
+
+
+def outcomes(db: DB, key: str) -> list[str | None]:
+    return [attempt["outcome"] for attempt in attempts(db, key)]
 
 
 # --- the happy path ----------------------------------------------------------------
@@ -122,30 +88,37 @@ def test_sends_the_stored_payload_byte_for_byte(
 def test_sends_run_concurrently_up_to_the_concurrency(
     db: DB, fake: FakeProviderClient, worker_settings: Settings
 ) -> None:
-    """Sends overlap, and never more of them than --concurrency."""
-    fake.configure(latency=0.1)
+    """With every request held at the provider, four are in flight at once and no
+    fifth starts; released, all 24 are sent, never more than four at a time."""
+    fake.configure(hold="senders")
     insert_pending(db, 24)
-    assert work(worker_settings, concurrency=4).sent == 24
-    assert 1 < fake.stats()["max_in_flight"] <= 4
+    with work_in_background(patient(worker_settings), concurrency=4) as result:
+        wait_for(lambda: fake.held("senders") == 4, what="four sends held at once")
+        assert fake.stats()["requests"] == 4
+        fake.release("senders")
+    assert result[0].sent == 24 and fake.stats()["max_in_flight"] == 4
 
 
 def test_the_send_rate_cap_spaces_requests(
     db: DB, fake: FakeProviderClient, worker_settings: Settings
 ) -> None:
-    """With RECEIPTS_SEND_RATE=10 and eight senders, the provider sees the ten
-    requests at least 1/10 s apart: every gap between consecutive arrivals is
-    most of the interval (the rest is allowed for thread scheduling on both
-    sides), and the whole run of them spans nearly nine intervals."""
-    rate = 10.0
-    interval = 1.0 / rate
+    """With RECEIPTS_SEND_RATE=10 and eight senders waiting, one request goes out
+    each time the worker's clock has moved one interval (1.05/10 s), and not
+    a second one: ten rows, ten steps of the clock."""
+    clock = ManualClock()
+    interval = (1 + RATE_MARGIN) / 10.0
     insert_pending(db, 10)
-    summary = work(replace(worker_settings, send_rate=rate), concurrency=8)
-    assert summary.sent == 10
-    arrivals = fake.arrivals()
-    assert len(arrivals) == 10
-    gaps = [later - earlier for earlier, later in itertools.pairwise(arrivals)]
-    assert min(gaps) >= 0.6 * interval, gaps
-    assert arrivals[-1] - arrivals[0] >= 0.9 * 9 * interval, gaps
+    settings = replace(worker_settings, send_rate=10.0)
+
+    def requests_reach(count: int) -> Callable[[], bool]:
+        return lambda: fake.stats()["requests"] >= count
+
+    with work_in_background(settings, concurrency=8, clock=clock) as result:
+        for sent in range(1, 11):
+            wait_for(requests_reach(sent), what=f"request {sent}")
+            assert fake.stats()["requests"] == sent
+            clock.advance(1.01 * interval)
+    assert result[0].sent == 10
 
 
 def test_a_rate_cap_that_lets_the_worker_hold_few_rows_still_drains(
@@ -153,10 +126,14 @@ def test_a_rate_cap_that_lets_the_worker_hold_few_rows_still_drains(
 ) -> None:
     """At 0.5 sends/s only one row fits inside a 5 s lease: the worker holds one
     row at a time and sends both, instead of waiting for a batch that never fits."""
+    clock = ManualClock()
     insert_pending(db, 2)
-    summary = work(replace(worker_settings, send_rate=0.5), max_seconds=10)
-    assert (summary.sent, summary.released) == (2, 0)
-    assert fake.stats()["requests"] == 2
+    settings = replace(worker_settings, send_rate=0.5)
+    with work_in_background(settings, max_seconds=10, clock=clock) as result:
+        wait_for(lambda: fake.stats()["requests"] == 1, what="the first send")
+        clock.advance(2.1)  # the next slot (1.05 / 0.5 s later)
+        wait_for(lambda: fake.stats()["requests"] == 2, what="the second send")
+    assert (result[0].sent, result[0].released) == (2, 0)
 
 
 # --- every provider answer --------------------------------------------------------
@@ -169,7 +146,7 @@ def test_a_rate_cap_that_lets_the_worker_hold_few_rows_still_drains(
         ({"status": 503, "name": "service_unavailable"}, 503, "service_unavailable"),
         ({"status": 409, "name": "concurrent_idempotent_requests"}, 409, None),
         ({"no_id": True}, 200, "no_provider_id"),
-        ({"delay": 1.5}, None, "timeout"),
+        ({"hold": "until-the-test-ends"}, None, "timeout"),
     ],
 )
 def test_answers_that_can_be_retried_leave_the_row_pending_with_a_backoff(
@@ -227,14 +204,32 @@ def test_retry_after_is_honoured(
 def test_a_429_pauses_every_send_of_the_worker_for_retry_after(
     db: DB, fake: FakeProviderClient, worker_settings: Settings
 ) -> None:
-    """The other rows are not sent until the provider's Retry-After has passed."""
-    insert_pending(db, 4)
-    fake.script({"status": 429, "name": "rate_limit_exceeded", "headers": {"Retry-After": "1"}})
-    started = time.monotonic()
-    summary = work(worker_settings, concurrency=1)
-    # The refused row is due again when the pause ends, and goes out in the same run.
-    assert (summary.rate_limited, summary.sent) == (1, 4)
-    assert time.monotonic() - started >= 1.0
+    """The other rows are not sent until the provider's Retry-After has passed on
+    the worker's clock; the refused row, refunded, is due once it has passed in
+    the database too, and a later run sends it."""
+    clock = ManualClock()
+    keys = insert_pending(db, 4)
+    fake.script({"status": 429, "name": "rate_limit_exceeded", "headers": {"Retry-After": "60"}})
+    settings = replace(worker_settings, lease_seconds=300)  # the rows wait out the pause
+    with work_in_background(settings, concurrency=1, clock=clock) as result:
+        wait_for(lambda: any("rate_limited" in outcomes(db, key) for key in keys))
+        clock.advance(59.9)
+        assert fake.stats()["requests"] == 1
+        clock.advance(0.1)
+    [refused] = [key for key in keys if outcomes(db, key)[0] == "rate_limited"]
+    others = [key for key in keys if key != refused]
+    assert (result[0].rate_limited, result[0].sent) == (1, 3)
+    assert {outbox_row(db, key)["status"] for key in others} == {"sent"}
+    row = outbox_row(db, refused)
+    assert (row["status"], row["attempts"]) == ("pending", 0)
+    waited = db.execute(
+        "SELECT extract(epoch FROM available_at - now()) AS s FROM email_outbox"
+        " WHERE message_key = %s",
+        (refused,),
+    ).fetchone()
+    assert waited is not None and 50 < waited["s"] <= 60
+    db.execute("UPDATE email_outbox SET available_at = now()")
+    assert work(worker_settings).sent == 1
 
 
 def test_a_retried_row_is_sent_by_a_later_run(
@@ -428,19 +423,15 @@ def test_a_lost_lease_is_counted_and_never_overwrites_the_new_holder(
 ) -> None:
     """Another worker took the row over while the provider was answering."""
     [key] = insert_pending(db, 1)
-    fake.script({"hold": 1.0})  # accepted at once, answered a second later
-    patient = replace(worker_settings, provider_timeout=2.0)
-    result: list[WorkerSummary] = []
-    runner = threading.Thread(target=lambda: result.append(work(patient)))
-    runner.start()
-    while fake.stats()["deliveries"] == 0:
-        time.sleep(0.01)
-    new_token = db.execute(
-        """UPDATE email_outbox SET lease_token = gen_random_uuid(),
-                  locked_until = now() + interval '1 minute'
-            RETURNING lease_token"""
-    ).fetchone()
-    runner.join()
+    fake.script({"hold_answer": "answer"})  # accepted and delivered; answered when released
+    with work_in_background(patient(worker_settings)) as result:
+        wait_for(lambda: fake.held("answer") == 1, what="the delivery, its answer held")
+        new_token = db.execute(
+            """UPDATE email_outbox SET lease_token = gen_random_uuid(),
+                      locked_until = now() + interval '1 minute'
+                RETURNING lease_token"""
+        ).fetchone()
+        fake.release("answer")
     assert result[0].lease_lost == 1 and result[0].sent == 0
     row = outbox_row(db, key)
     assert new_token is not None and row["lease_token"] == new_token["lease_token"]
@@ -489,10 +480,11 @@ def test_loop_mode_is_woken_by_notify_and_stops_on_request(
     runner.start()
     try:
         wait_for(lambda: listening(db))
+        # Well within the 60 s poll: only a NOTIFY can have woken it.
         first = post_paid_invoice(client)
-        wait_for(lambda: outbox_row(db, first)["status"] == "sent")
+        wait_for(lambda: outbox_row(db, first)["status"] == "sent", timeout=30)
         second = post_paid_invoice(client)
-        wait_for(lambda: outbox_row(db, second)["status"] == "sent")
+        wait_for(lambda: outbox_row(db, second)["status"] == "sent", timeout=30)
     finally:
         stop.set()
         runner.join(timeout=10)
@@ -500,28 +492,42 @@ def test_loop_mode_is_woken_by_notify_and_stops_on_request(
     assert result[0].sent == 2
 
 
+def released_attempts(db: DB) -> int:
+    found = db.execute("SELECT count(*) AS n FROM email_attempts WHERE outcome = 'released'")
+    row = found.fetchone()
+    return row["n"] if row else 0
+
+
+def one_send_in_flight_and_claimed_rows_waiting(settings: Settings) -> Settings:
+    """Two senders, a slot every 105 s of the worker's clock (which the test never
+    moves that far) and a lease long enough to wait for it: the first send goes
+    out at once and the other claimed rows wait for a slot."""
+    return replace(patient(settings, lease_seconds=600), send_rate=0.01)
+
+
 def test_stop_finishes_sends_in_flight_and_leaves_the_rest_pending(
     db: DB, fake: FakeProviderClient, worker_settings: Settings
 ) -> None:
-    """Setting the stop event mid-run: sends in flight finish, the other rows stay
-    pending, and no attempt is left without an outcome."""
+    """Setting the stop event mid-run: the send in flight finishes, the claimed rows
+    waiting for a slot are let go unsent, the other rows stay pending, and no
+    attempt is left without an outcome."""
     insert_pending(db, 20)
-    fake.configure(latency=0.3)
+    fake.script({"hold": "in-flight"})
     stop = threading.Event()
-    result: list[WorkerSummary] = []
-    runner = threading.Thread(
-        target=lambda: result.append(work(worker_settings, stop_event=stop, concurrency=2))
-    )
-    runner.start()
-    wait_for(lambda: fake.stats()["in_flight"] > 0)
-    stop.set()
-    runner.join(timeout=10)
+    settings = one_send_in_flight_and_claimed_rows_waiting(worker_settings)
+    with work_in_background(
+        settings, stop_event=stop, concurrency=2, clock=ManualClock()
+    ) as result:
+        wait_for(lambda: fake.held("in-flight") == 1, what="the first send held")
+        stop.set()
+        wait_for(lambda: released_attempts(db) > 0, what="the waiting rows let go")
+        fake.release("in-flight")
     counts = {
         row["status"]: row["n"]
         for row in db.execute("SELECT status, count(*) AS n FROM email_outbox GROUP BY 1")
     }
-    assert result[0].sent == counts["sent"] and 1 <= counts["sent"] < 20
-    assert counts["pending"] + counts["sent"] == 20
+    assert counts == {"sent": 1, "pending": 19} and result[0].sent == 1
+    assert result[0].released == released_attempts(db)
     assert db.execute(
         "SELECT count(*) AS n FROM email_attempts WHERE outcome IS NULL"
     ).fetchone() == {"n": 0}
@@ -530,17 +536,24 @@ def test_stop_finishes_sends_in_flight_and_leaves_the_rest_pending(
 def test_max_seconds_stops_and_releases_the_rows_waiting_for_a_slot(
     db: DB, fake: FakeProviderClient, worker_settings: Settings
 ) -> None:
-    """A cron run ends on time: sends in progress finish, claimed rows not yet
-    sent go back to pending without spending an attempt."""
+    """A cron run ends on time (by its clock): the send in progress finishes, claimed
+    rows not yet sent go back to pending without spending an attempt."""
     insert_pending(db, 50)
-    fake.configure(latency=0.1)
-    summary = work(worker_settings, concurrency=2, max_seconds=0.3)
-    assert 0 < summary.sent < 50 and summary.released > 0 and summary.error is None
+    fake.script({"hold": "in-flight"})
+    clock = ManualClock()
+    settings = one_send_in_flight_and_claimed_rows_waiting(worker_settings)
+    with work_in_background(settings, concurrency=2, max_seconds=10, clock=clock) as result:
+        wait_for(lambda: fake.held("in-flight") == 1, what="the first send held")
+        clock.advance(10)
+        wait_for(lambda: released_attempts(db) > 0, what="the waiting rows let go")
+        fake.release("in-flight")
+    summary = result[0]
+    assert (summary.sent, summary.error) == (1, None) and summary.released > 0
     rows = db.execute(
         "SELECT status, max(attempts) AS attempts FROM email_outbox GROUP BY 1 ORDER BY 1"
     ).fetchall()
     assert rows == [{"status": "pending", "attempts": 0}, {"status": "sent", "attempts": 1}]
-    assert fake.stats()["requests"] == summary.sent
+    assert fake.stats()["requests"] == 1
 
 
 # --- the file sink -----------------------------------------------------------------

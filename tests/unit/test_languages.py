@@ -41,7 +41,7 @@ def catalog_pieces(language: str) -> list[str]:
     for message in catalog:
         if not message.id:
             continue
-        strings = message.string if isinstance(message.string, tuple) else (message.string,)
+        strings = (message.string,) if isinstance(message.string, str) else message.string or ()
         for string in strings:
             pieces.update(piece.strip() for piece in PLACEHOLDER.split(string))
     return sorted((piece for piece in pieces if LETTER.search(piece)), key=len, reverse=True)
@@ -72,7 +72,8 @@ def dynamic_values(name: str, language: str) -> list[str]:
         *(line.period for line in view.lines),
         *(line.amount for line in view.lines),
         *(line.quantity for line in view.lines),
-        *(found.name for found in (*facts.discounts, *facts.taxes)),
+        *(discount.name for discount in facts.discounts),
+        *(tax.name for tax in facts.taxes),
         *(found.amount for found in (*view.discounts, *view.taxes, *view.included_taxes)),
         *facts.details.customer_tax_ids,
         *facts.details.merchant_tax_ids,

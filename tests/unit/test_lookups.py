@@ -16,7 +16,7 @@ import pytest
 from receipts.config import Settings
 from receipts.delivery import lookups
 from receipts.delivery.claims import ClaimedRow, PriorAttempt
-from receipts.delivery.providers.base import Lookup
+from receipts.delivery.providers.base import Guarantee, Lookup
 from receipts.delivery.providers.file_sink import GUARANTEE as SINK
 from receipts.delivery.providers.postmark import PostmarkProvider
 from receipts.delivery.providers.resend import GUARANTEE as RESEND
@@ -105,7 +105,7 @@ def test_which_earlier_attempts_may_hide_an_accepted_send(
     ],
 )
 def test_the_plan_follows_the_providers_guarantee(
-    guarantee: lookups.Guarantee, earlier: PriorAttempt | None, step: str
+    guarantee: Guarantee, earlier: PriorAttempt | None, step: str
 ) -> None:
     assert lookups.plan(row(earlier), guarantee).step == step
 

@@ -4,61 +4,67 @@ how many rows the dispatcher claims, and the semaphore the rows in hand hold."""
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 
 from receipts.delivery.pacing import RATE_MARGIN, RateLimiter
 from receipts.delivery.rows_in_hand import ClaimSizing, RowsInHand, claim_sizing
+from tests.helpers import ManualClock
 
 FAR = float("inf")
 
 
 def test_slots_are_spaced_by_the_rate() -> None:
-    """At 50 sends/s, five slots in a row take at least four intervals of 20 ms."""
-    limiter = RateLimiter(50.0)
+    """At 50 sends/s (spaced 1.05/50 s apart): a slot at once, then none until the
+    clock has moved one interval, five times over."""
+    clock = ManualClock()
+    limiter = RateLimiter(50.0, clock)
     halt = threading.Event()
-    started = time.monotonic()
-    assert all(limiter.acquire(FAR, halt) for _ in range(5))
-    assert time.monotonic() - started >= 4 * 0.02
+    interval = (1 + RATE_MARGIN) / 50.0
+    assert limiter.acquire(clock(), halt)
+    for _ in range(4):
+        assert not limiter.acquire(clock() + 0.99 * interval, halt)
+        clock.advance(1.01 * interval)
+        assert limiter.acquire(clock(), halt)
 
 
 def test_without_a_rate_slots_are_given_at_once() -> None:
-    """Rate 0 means no cap: no wait, and no limit on how many fit into a lease."""
-    limiter = RateLimiter(0.0)
+    """Rate 0 means no cap: every slot at once, and no limit on how many fit into a lease."""
+    clock = ManualClock()
+    limiter = RateLimiter(0.0, clock)
     halt = threading.Event()
-    started = time.monotonic()
-    assert all(limiter.acquire(FAR, halt) for _ in range(100))
-    assert time.monotonic() - started < 0.5
+    assert all(limiter.acquire(clock(), halt) for _ in range(100))
     assert limiter.sendable_within(60.0) is None
 
 
 def test_a_pause_holds_every_slot_until_it_ends() -> None:
     """After pause(0.3) no slot is given before 0.3 s have passed; a send that
     would have to start before then gets none at all."""
-    limiter = RateLimiter(0.0)
+    clock = ManualClock()
+    limiter = RateLimiter(0.0, clock)
     halt = threading.Event()
-    paused_at = time.monotonic()
     limiter.pause(0.3)
-    assert 0.0 < limiter.paused_for() <= 0.3
-    assert not limiter.acquire(paused_at + 0.25, halt)
-    assert limiter.acquire(FAR, halt)
-    assert time.monotonic() - paused_at >= 0.3
+    assert limiter.paused_for() == pytest.approx(0.3)
+    assert not limiter.acquire(clock() + 0.25, halt)
+    clock.advance(0.25)
+    assert not limiter.acquire(clock(), halt)
+    clock.advance(0.05)
+    assert limiter.acquire(clock(), halt)
     assert limiter.paused_for() == 0.0
 
 
 def test_a_shorter_pause_never_shortens_a_longer_one() -> None:
     """A second 429 with a shorter wait leaves the longer pause in force."""
-    limiter = RateLimiter(0.0)
+    limiter = RateLimiter(0.0, ManualClock())
     limiter.pause(10.0)
     limiter.pause(1.0)
-    assert limiter.paused_for() > 9.0
+    assert limiter.paused_for() == pytest.approx(10.0)
 
 
 def test_a_pause_says_whether_it_is_a_new_wait() -> None:
     """pause() is True when it extends the pause (worth a log line), False when a
     longer one was already on."""
-    limiter = RateLimiter(0.0)
+    limiter = RateLimiter(0.0, ManualClock())
     assert limiter.pause(5.0)
     assert not limiter.pause(1.0)
     assert limiter.pause(10.0)
@@ -66,14 +72,15 @@ def test_a_pause_says_whether_it_is_a_new_wait() -> None:
 
 def test_a_hold_can_be_lifted_before_it_ends() -> None:
     """The quota pause is a hold: no slot while it is on, at once after release()."""
-    limiter = RateLimiter(0.0)
+    clock = ManualClock()
+    limiter = RateLimiter(0.0, clock)
     halt = threading.Event()
     limiter.hold(3600.0)
-    assert limiter.paused_for() > 3500
-    assert not limiter.acquire(time.monotonic() + 0.1, halt)
+    assert limiter.paused_for() == pytest.approx(3600.0)
+    assert not limiter.acquire(clock() + 0.1, halt)
     limiter.release()
     assert limiter.paused_for() == 0.0
-    assert limiter.acquire(time.monotonic() + 0.1, halt)
+    assert limiter.acquire(clock(), halt)
 
 
 def test_the_provider_limit_slows_the_pace_with_a_margin_but_never_speeds_it_up() -> None:
@@ -93,24 +100,30 @@ def test_the_provider_limit_slows_the_pace_with_a_margin_but_never_speeds_it_up(
 
 
 def test_at_the_provider_limit_slots_keep_the_margin() -> None:
-    """Configured and told 50/s: six slots span at least five intervals of 21 ms."""
-    limiter = RateLimiter(50.0)
+    """Configured and told 50/s: a slot only every 21 ms, six times over."""
+    clock = ManualClock()
+    limiter = RateLimiter(50.0, clock)
     limiter.follow_provider_rate(50.0)
     halt = threading.Event()
-    started = time.monotonic()
-    assert all(limiter.acquire(FAR, halt) for _ in range(6))
-    assert time.monotonic() - started >= 5 * 0.021
+    assert limiter.acquire(clock(), halt)
+    for _ in range(5):
+        clock.advance(0.0209)
+        assert not limiter.acquire(clock(), halt)
+        clock.advance(0.0002)
+        assert limiter.acquire(clock(), halt)
 
 
 def test_halt_ends_the_wait_for_a_slot() -> None:
     """A stopping worker's senders stop waiting for a slot and get none."""
-    limiter = RateLimiter(0.0)
-    limiter.pause(30.0)
+    limiter = RateLimiter(0.0, ManualClock())
+    limiter.pause(30.0)  # the clock never moves: only halt can end the wait
     halt = threading.Event()
-    threading.Timer(0.05, halt.set).start()
-    started = time.monotonic()
-    assert not limiter.acquire(FAR, halt)
-    assert time.monotonic() - started < 1.0
+    result: list[bool] = []
+    waiting = threading.Thread(target=lambda: result.append(limiter.acquire(FAR, halt)))
+    waiting.start()
+    halt.set()
+    waiting.join(timeout=5)
+    assert result == [False]
 
 
 def test_sendable_within_counts_the_sends_a_lease_has_room_for() -> None:

@@ -27,7 +27,7 @@ TOKEN = "server-token"
 
 
 def payload(**overrides: object) -> bytes:
-    document = {
+    document: dict[str, object] = {
         "from": "Billing <billing@shop.example>",
         "to": ["jenny.rosen@example.com"],
         "subject": "Receipt for invoice ABC-0001",

@@ -25,13 +25,14 @@ from receipts.delivery.providers.resend import ResendProvider
 from receipts.delivery.rules import Reaction
 from receipts.delivery.rules.resend import RESEND_ERRORS, reaction_to
 from tests.fake_provider import MESSAGES, FakeProviderClient, running_fake_provider
+from tests.helpers import wait_for
 
 API_KEY = "re_test_key"
 KEY = "platform/test/in_1Provider/invoice-paid"
 
 
 def payload(**overrides: object) -> bytes:
-    document = {
+    document: dict[str, object] = {
         "from": "Billing <billing@example.com>",
         "to": ["jenny.rosen@example.com"],
         "subject": "Receipt for invoice ABC-0001",
@@ -87,14 +88,14 @@ def test_same_key_with_another_body_is_rejected_for_review(fake: FakeProviderCli
 
 def test_a_key_still_in_flight_is_retried_later(fake: FakeProviderClient) -> None:
     """409 concurrent_idempotent_requests: the first request has not answered yet."""
-    fake.script({"hold": 1.0})
-    provider = resend(fake.url)
+    fake.script({"hold_answer": "first"})
+    provider = resend(fake.url, read_timeout=30)
     first = threading.Thread(target=provider.send, args=(KEY, payload()))
     first.start()
-    while fake.stats()["deliveries"] == 0:
-        pass
+    wait_for(lambda: fake.held("first") == 1, what="the first request accepted and held")
     answer = provider.send(KEY, payload())
-    first.join()
+    fake.release("first")
+    first.join(timeout=10)
     assert (answer.http_status, answer.error) == (409, "concurrent_idempotent_requests")
     assert reaction_to(answer).reaction == Reaction.RETRY
 
@@ -220,7 +221,7 @@ def test_the_providers_error_message_is_kept_on_one_bounded_line() -> None:
 
 
 def test_a_read_timeout_is_a_retry(fake: FakeProviderClient) -> None:
-    fake.script({"delay": 1.0})
+    fake.script({"hold": "until-the-test-ends"})  # no answer before the read timeout
     answer = resend(fake.url, read_timeout=0.2).send(KEY, payload())
     assert answer == ProviderAnswer(error="timeout")
 

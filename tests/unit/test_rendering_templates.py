@@ -16,7 +16,6 @@ from receipts.web import create_app
 from tests import stripe_events
 from tests.receipt_examples import email, example
 
-ROOT = Path(__file__).resolve().parents[2]
 # The web process starts without a database; nothing here connects to one.
 WEB_ENVIRON = {
     "DATABASE_URL": "postgresql://postgres@127.0.0.1:9/receipts",
@@ -89,7 +88,6 @@ def test_receipts_worker_stops_at_start_naming_the_broken_template(tmp_path: Pat
     }
     result = subprocess.run(
         [sys.executable, "-m", "receipts.cli", "worker"],
-        cwd=ROOT,
         env=environ,
         capture_output=True,
         text=True,

@@ -25,7 +25,6 @@ from receipts.stripe_api.client import (
 from receipts.stripe_api.facts import enrich
 from tests import stripe_objects as objects
 from tests.fake_stripe_api import FakeStripeClient, running_fake_stripe_api
-from tests.real_processes import REPO
 
 API_KEY = "rk_test_unit"
 
@@ -307,7 +306,6 @@ def test_deriving_a_receipt_does_not_load_the_stripe_library() -> None:
     )
     result = subprocess.run(
         [sys.executable, "-c", f"import sys, {', '.join(modules)}; print('stripe' in sys.modules)"],
-        cwd=REPO,
         capture_output=True,
         text=True,
         timeout=60,

@@ -23,9 +23,7 @@ import pytest
 
 from tests.fake_postmark import FakePostmarkClient, running_fake_postmark
 from tests.fake_provider import FakeProviderClient
-from tests.helpers import wait_for
-from tests.outbox_states import insert_pending
-from tests.processes.faults.test_worker_faults import (
+from tests.fault_lab import (
     CLAIM_SQL,
     READY_IDLE,
     RECORD_SQL,
@@ -34,6 +32,8 @@ from tests.processes.faults.test_worker_faults import (
     kill,
     statuses,
 )
+from tests.helpers import wait_for
+from tests.outbox_states import insert_pending
 from tests.real_processes import finish, start_worker, worker_environ
 from tests.smtp_server import SmtpServer, running_smtp_server
 from tests.tcp_proxy import TcpProxy, through_proxy

@@ -15,103 +15,36 @@ duplicate, which must be visible in the attempt log.
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import time
-from collections.abc import Callable
 from typing import Any
 
 import psycopg
 import pytest
 from psycopg.types.json import Json
 
-from receipts import queries
 from receipts.ingest.verification import decode_event
 from receipts.receipt.derivation import ReceiptJob, derive_receipt
 from tests import stripe_events
 from tests.fake_provider import FakeProviderClient
+from tests.fault_lab import (
+    CLAIM_SQL,
+    LISTEN_SQL,
+    READY_IDLE,
+    RECORD_SQL,
+    age_leases,
+    assert_nothing_lost_nothing_doubled,
+    attempt_log,
+    kill,
+    statuses,
+)
 from tests.helpers import wait_for
 from tests.outbox_states import insert_pending
 from tests.real_processes import finish, start_worker, worker_environ
 from tests.stripe_events import encode
-from tests.tcp_proxy import TcpProxy, Verdict, through_proxy
+from tests.tcp_proxy import TcpProxy, through_proxy
 
 Row = dict[str, Any]
 Db = psycopg.Connection[Row]
-
-# The claim is one autocommit statement: the first ReadyForQuery ("idle") after
-# it means the server has committed the lease and waits for the worker.
-READY_IDLE = b"Z\x00\x00\x00\x05I"
-
-
-def named(statement: str) -> bytes:
-    """The name line a statement of receipts/queries/delivery.sql carries over
-    the wire, as the proxy sees it; a name the file lacks fails here, not as a
-    pattern that silently never matches."""
-    text = queries.load("delivery")[statement]
-    first_line = text.splitlines()[0]
-    assert first_line == f"-- name: {statement}"
-    return f"{first_line}\n".encode()
-
-
-CLAIM_SQL = named("claim_ready")  # leases the rows, committed on its own
-RECORD_SQL = named("record_attempts")  # writes the provider's answers
-LISTEN_SQL = named("listen")
-
-
-def statuses(db: Db) -> dict[str, int]:
-    rows = db.execute("SELECT status, count(*) AS n FROM email_outbox GROUP BY 1").fetchall()
-    return {row["status"]: row["n"] for row in rows}
-
-
-def attempt_log(db: Db, key: str) -> list[Row]:
-    return db.execute(
-        """SELECT attempt, outcome, http_status, finished_at IS NULL AS unfinished
-             FROM email_attempts WHERE message_key = %s ORDER BY id""",
-        (key,),
-    ).fetchall()
-
-
-def age_leases(db: Db) -> int:
-    """Make every lease look expired, as if its worker had died long ago."""
-    return db.execute(
-        """UPDATE email_outbox SET locked_until = now() - interval '1 second'
-            WHERE status = 'processing'"""
-    ).rowcount
-
-
-def assert_nothing_lost_nothing_doubled(
-    db: Db, provider: FakeProviderClient, keys: list[str], deliveries_per_key: int = 1
-) -> None:
-    """Every receipt is sent with the id of its delivery (or in review with a
-    reason); the provider delivered each key exactly ``deliveries_per_key`` times."""
-    rows = db.execute(
-        """SELECT message_key, status, review_reason, provider_id, sent_at, lease_token
-             FROM email_outbox ORDER BY message_key"""
-    ).fetchall()
-    assert [row["message_key"] for row in rows] == sorted(keys)
-    delivered: dict[str, list[str]] = {}
-    for delivery in provider.deliveries():
-        delivered.setdefault(delivery["key"], []).append(delivery["id"])
-    for row in rows:
-        if row["status"] == "review":
-            assert row["review_reason"], row
-            continue
-        assert row["status"] == "sent", row
-        assert row["sent_at"] is not None and row["lease_token"] is None, row
-        assert row["provider_id"] in delivered[row["message_key"]], row
-    assert provider.stats()["deliveries_by_key"] == dict.fromkeys(keys, deliveries_per_key)
-
-
-def kill(process: subprocess.Popen[str]) -> Callable[[], Verdict]:
-    """A proxy action: SIGKILL the worker and reset its database connection."""
-
-    def action() -> Verdict:
-        os.kill(process.pid, signal.SIGKILL)
-        return "cut"
-
-    return action
 
 
 def run_worker(environ: dict[str, str], *args: str) -> str:
@@ -201,25 +134,28 @@ def test_worker_killed_while_the_provider_holds_the_request_is_answered_409_then
     fake_provider: FakeProviderClient,
     direct_environ: dict[str, str],
 ) -> None:
-    """SIGKILL while the provider is still working on the request (it goes on
-    and delivers). A looping worker that takes the row over at once meets 409
-    "request with this key in progress" and backs off; a later retry gets the
-    first answer replayed. One delivery."""
+    """SIGKILL while the provider is still working on the request (held at the
+    fake until the test releases it; it then goes on and delivers). A looping
+    worker that takes the row over meets 409 "request with this key in
+    progress" and backs off; once the first request has been answered, a retry
+    gets that answer replayed. One delivery."""
     [key] = insert_pending(db, 1, prefix="in_1Held")
-    # Long enough for the second worker to start, listen and take the row over
-    # while the first request is still held, even on a loaded machine.
-    fake_provider.script({"delay": 6.0})
-    first = start_worker(direct_environ)
-    wait_for(lambda: fake_provider.stats()["in_flight"] == 1)
+    fake_provider.script({"hold": "first"})
+    # Killed as soon as its request is held: long before its own timeout (10 s).
+    first = start_worker({**direct_environ, "RECEIPTS_PROVIDER_TIMEOUT": "10"})
+    wait_for(lambda: fake_provider.held("first") == 1, what="the first request held")
+    first.send_signal(signal.SIGKILL)
+    first.wait(timeout=10)
     second = start_worker(direct_environ, "--loop", "--poll-seconds", "0.2")
     try:
         wait_for(lambda: listening_workers(db) == 1)
-        first.send_signal(signal.SIGKILL)
-        first.wait(timeout=10)
-        assert fake_provider.stats()["in_flight"] == 1
         age_leases(db)
+        wait_for(lambda: ("retry", 409) in outcomes(db, key), what="the takeover answered 409")
+        assert fake_provider.stats()["deliveries"] == 0
+        fake_provider.release("first")
         wait_for(lambda: statuses(db) == {"sent": 1})
     finally:
+        fake_provider.release("first")
         second.send_signal(signal.SIGTERM)
     code, _, err = finish(second)
     assert code == 0, err
@@ -228,6 +164,17 @@ def test_worker_killed_while_the_provider_holds_the_request_is_answered_409_then
     assert ("retry", 409) in log[1:-1]
     assert fake_provider.stats()["replays"] == 1
     assert_nothing_lost_nothing_doubled(db, fake_provider, [key])
+
+
+def outcomes(db: Db, key: str) -> list[tuple[str | None, int | None]]:
+    return [(a["outcome"], a["http_status"]) for a in attempt_log(db, key)]
+
+
+def timeouts(db: Db) -> int:
+    row = db.execute(
+        "SELECT count(*) AS n FROM email_attempts WHERE provider_error = 'timeout'"
+    ).fetchone()
+    return row["n"] if row else 0
 
 
 def listening_workers(db: Db) -> int:
@@ -292,13 +239,19 @@ def test_database_cut_in_the_middle_of_a_batch_nothing_half_written_batch_resume
     Every row ends sent with its one delivery; no row is sent without a
     provider id, and every attempt is either finished or the ambiguous one."""
     keys = insert_pending(db, 60, prefix="in_1Cut")
-    fake_provider.configure(latency=0.02)
-    worker = start_worker(proxied_environ, "--loop", "--concurrency", "4", "--poll-seconds", "0.2")
+    # Fifteen answered at once, then four held in flight: the cut lands mid-batch.
+    fake_provider.script(*[{}] * 15, *[{"hold": "cut"}] * 45)
+    environ = {**proxied_environ, "RECEIPTS_PROVIDER_TIMEOUT": "10"}
+    worker = start_worker(environ, "--loop", "--concurrency", "4", "--poll-seconds", "0.2")
     try:
-        wait_for(lambda: fake_provider.stats()["deliveries"] >= 15)
+        wait_for(lambda: fake_provider.held("cut") == 4, what="four sends held mid-batch")
+        assert fake_provider.stats()["deliveries"] == 15
         db_proxy.refuse(True)
         assert db_proxy.cut() > 0
-        time.sleep(0.5)
+        fake_provider.release("cut")  # their answers come back while the database is away
+        wait_for(lambda: fake_provider.stats()["in_flight"] == 0)
+        refused = db_proxy.connections_refused
+        wait_for(lambda: db_proxy.connections_refused > refused, what="a reconnect refused")
         db_proxy.refuse(False)
 
         wait_for(lambda: "pending" not in statuses(db))
@@ -321,7 +274,7 @@ def test_database_cut_in_the_middle_of_a_batch_nothing_half_written_batch_resume
     ("answers", "environ_extra"),
     [
         pytest.param(
-            [{"delay": 1.0}], {"RECEIPTS_PROVIDER_TIMEOUT": "0.3"}, id="slower-than-timeout"
+            [{"hold": "slow"}], {"RECEIPTS_PROVIDER_TIMEOUT": "0.3"}, id="slower-than-timeout"
         ),
         pytest.param(
             [{"status": status} for status in (500, 502, 503, 500, 500, 504) * 3],
@@ -342,17 +295,22 @@ def test_provider_trouble_ends_with_one_delivery_per_receipt(
     answers: list[dict[str, Any]],
     environ_extra: dict[str, str],
 ) -> None:
-    """Timeouts while the provider still delivers, a storm of 5xx, 429 with
-    Retry-After: a looping worker keeps retrying with the same key until every
-    receipt is sent, and each is delivered exactly once."""
+    """A timeout while the provider still delivers (the request is held until the
+    worker has timed out, then delivered), a storm of 5xx, 429 with Retry-After:
+    a looping worker keeps retrying with the same key until every receipt is
+    sent, and each is delivered exactly once."""
     keys = insert_pending(db, 12, prefix="in_1Trouble")
     fake_provider.script(*answers)
     worker = start_worker(
         {**direct_environ, **environ_extra}, "--loop", "--concurrency", "4", "--poll-seconds", "0.2"
     )
     try:
+        if any("hold" in answer for answer in answers):
+            wait_for(lambda: timeouts(db) > 0, what="the worker to time out")
+            fake_provider.release("slow")
         wait_for(lambda: statuses(db) == {"sent": 12}, timeout=40)
     finally:
+        fake_provider.release("slow")
         worker.send_signal(signal.SIGTERM)
     code, _, err = finish(worker)
     assert code == 0, err
@@ -385,12 +343,13 @@ def test_429_retry_after_pauses_every_send_of_the_worker(
     assert statuses(db) == {"sent": 6}
 
 
-@pytest.mark.parametrize("processes", [2, 4])
 def test_racing_worker_processes_request_every_key_once(
-    db: Db, fake_provider: FakeProviderClient, direct_environ: dict[str, str], processes: int
+    db: Db, fake_provider: FakeProviderClient, direct_environ: dict[str, str]
 ) -> None:
-    """Two, then four worker processes started together over the same 2,000
-    rows: SKIP LOCKED and leases mean each key is requested exactly once."""
+    """Four worker processes started together over the same 2,000 rows: SKIP
+    LOCKED and leases mean each key is requested exactly once. (Two processes:
+    tests/processes/test_worker_processes.py.)"""
+    processes = 4
     keys = insert_pending(db, 2000, prefix="in_1Race")
     workers = [start_worker(direct_environ, "--concurrency", "8") for _ in range(processes)]
     results = [finish(worker, timeout=120) for worker in workers]

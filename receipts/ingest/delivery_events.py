@@ -31,7 +31,6 @@ here: ``receipts.web.resend_webhooks`` is the route.
 from __future__ import annotations
 
 import binascii
-import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -44,6 +43,7 @@ from standardwebhooks import Webhook, WebhookVerificationError
 from receipts import queries
 from receipts.config import ConfigError
 from receipts.db import Connection
+from receipts.ingest import strict_json
 from receipts.ingest.verification import RejectedDelivery
 from receipts.message_keys import invoice_id_in_tag
 from receipts.vocabulary import DeliveryEventOutcome, DeliveryStatus
@@ -133,7 +133,7 @@ _UNSTORABLE = re.compile("[\x00-\x1f\x7f\ud800-\udfff]")
 def parse(body: bytes, svix_id: str) -> DeliveryEvent:
     """The fields we keep of a verified body; RejectedDelivery if it is no Resend event."""
     try:
-        document = json.loads(body)
+        document = strict_json.loads(body)
     except (ValueError, RecursionError):
         raise RejectedDelivery("body is not JSON") from None
     if not isinstance(document, dict) or not isinstance(document.get("type"), str):

@@ -18,6 +18,7 @@ from typing import Any
 
 import stripe
 
+from receipts.ingest import strict_json
 from receipts.ingest.verification import RejectedDelivery
 from receipts.receipt.event import EventHeader
 from receipts.stripe_api.client import Scope
@@ -36,7 +37,7 @@ def looks_thin(text: str) -> bool:
     if f'"{THIN_OBJECT}"' not in text:
         return False
     try:
-        body = json.loads(text)
+        body = strict_json.loads(text)
     except (ValueError, RecursionError):
         return False
     return isinstance(body, dict) and body.get("object") == THIN_OBJECT
@@ -74,7 +75,7 @@ def parse(text: str, parser: stripe.StripeClient) -> Notification:
     """Read verified text with the library; raise RejectedDelivery if it is not usable."""
     try:
         notification = parser.parse_event_notification_without_verification(text)
-        body = json.loads(text)
+        body = strict_json.loads(text)
         json.dumps(body, ensure_ascii=False).encode("utf-8")
     except (ValueError, KeyError, TypeError, UnicodeEncodeError) as exc:
         raise RejectedDelivery(f"not a usable thin event notification: {exc}") from None

@@ -14,12 +14,12 @@ unusable and nothing about it is stored (the web answers 400).
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from collections.abc import Sequence
 from typing import Any
 
+from receipts.ingest import strict_json
 from receipts.receipt.event import EventHeader, MalformedEvent, parse_event
 
 TOLERANCE_SECONDS = 300
@@ -115,7 +115,7 @@ def _check_shape(text: str, event: object) -> None:
 def decode_event(text: str) -> tuple[EventHeader, dict[str, Any]]:
     """Parse verified text into the event envelope; RejectedDelivery if it is not one."""
     try:
-        event = json.loads(text)
+        event = strict_json.loads(text)
     except (ValueError, RecursionError):
         raise RejectedDelivery("body is not JSON") from None
     _check_shape(text, event)

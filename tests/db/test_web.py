@@ -274,6 +274,22 @@ def test_signed_bytes_that_are_not_a_stripe_event_get_400(
     assert events(db) == []
 
 
+@pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity"])
+def test_a_signed_event_carrying_a_number_json_has_not_gets_400(
+    client: FlaskClient, db: Any, constant: str
+) -> None:
+    """Python reads NaN and the infinities; jsonb cannot store them: refused, not a 500."""
+    text = encode(stripe_events.event()).decode()
+    body = text.replace('"amount_paid": ', f'"amount_paid": {constant}, "was": ', 1).encode()
+    assert body != text.encode()
+    response = client.post(
+        "/webhooks/stripe", data=body, headers={"Stripe-Signature": sign(body, TEST_SECRET)}
+    )
+    assert response.status_code == 400
+    assert response.json["error"] == "body is not JSON"
+    assert events(db) == [] and outbox(db) == []
+
+
 def test_invoice_paid_without_an_invoice_id_gets_400(client: FlaskClient, db: Any) -> None:
     response = post(client, stripe_events.event({"object": "invoice", "status": "paid"}))
     assert response.status_code == 400

@@ -41,6 +41,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "backfill": ("receipts.commands.backfill", "ingest invoice.paid events Stripe did not deliver"),
     "reconcile": ("receipts.commands.reconcile", "list (or --apply) paid invoices with no receipt"),
     "preview": ("receipts.commands.preview", "render the receipt an event file would become"),
+    "console-user": (
+        "receipts.commands.console_user",
+        "print a support console user entry (RECEIPTS_CONSOLE_USERS) with a fresh hash",
+    ),
     "doctor": ("receipts.commands.doctor", "check all a deploy can get wrong, one line each"),
 }
 

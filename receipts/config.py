@@ -11,6 +11,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from receipts import console_users
+from receipts.console_users import ConsoleUser
 from receipts.environment import PROVIDER_KEY_RETENTION_HOURS as PROVIDER_KEY_RETENTION_HOURS
 from receipts.environment import ConfigError as ConfigError
 from receipts.environment import EnvironmentReader
@@ -87,6 +89,21 @@ class Settings:
     # `receipts doctor` checks each role's privileges through them.
     web_database_url: str | None = None
     worker_database_url: str | None = None
+    # The support console (/console/): off unless it has users.
+    console_users: tuple[ConsoleUser, ...] = ()
+    console_secret: str | None = None  # signs its session cookies
+    # The console's own connection: a login role in <prefix>_operator, since it
+    # takes review decisions; unset: DATABASE_URL.
+    console_database_url: str | None = None
+    console_session_hours: float = 8.0
+    # Proxies in front of the app that append the client's address to
+    # X-Forwarded-For (Heroku's router, Render's: 1); the console throttles
+    # failed logins per address.
+    console_proxy_hops: int = 0
+
+    @property
+    def console_enabled(self) -> bool:
+        return bool(self.console_users)
 
     @property
     def chosen_provider(self) -> str | None:
@@ -120,6 +137,7 @@ WORKER_REQUIRES = ("DATABASE_URL", "RESEND_API_KEY")
 def load_settings(environ: Mapping[str, str], *, required: Iterable[str] = ()) -> Settings:
     """Parse every known variable; raise ConfigError for a bad or missing one."""
     reader = EnvironmentReader(environ)
+    users = console_users.parse_users(reader.text("RECEIPTS_CONSOLE_USERS"))
     metrics_listen = metrics_address(environ) or ("127.0.0.1", None)
     provider = reader.optional_choice("RECEIPTS_PROVIDER", PROVIDERS)
     retention_days = reader.number(
@@ -187,6 +205,15 @@ def load_settings(environ: Mapping[str, str], *, required: Iterable[str] = ()) -
         database_direct_url=reader.database_url("DATABASE_DIRECT_URL"),
         web_database_url=reader.database_url("RECEIPTS_WEB_DATABASE_URL"),
         worker_database_url=reader.database_url("RECEIPTS_WORKER_DATABASE_URL"),
+        console_users=users,
+        console_secret=console_users.secret(reader.text("RECEIPTS_CONSOLE_SECRET"), users),
+        console_database_url=reader.database_url("RECEIPTS_CONSOLE_DATABASE_URL"),
+        console_session_hours=reader.number(
+            "RECEIPTS_CONSOLE_SESSION_HOURS", 8.0, minimum=0.1, maximum=24 * 7
+        ),
+        console_proxy_hops=int(
+            reader.number("RECEIPTS_CONSOLE_PROXY_HOPS", 0, minimum=0, maximum=5)
+        ),
     )
     for variable in required:
         if not getattr(settings, REQUIRABLE[variable]):

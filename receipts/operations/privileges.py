@@ -85,6 +85,8 @@ PROCESS_STATEMENTS: dict[str, dict[str, frozenset[str] | None]] = {
         "health": None,
         "migrations": frozenset({"applied_migration_versions"}),
         "ingest": _OPERATOR_INGEST,
+        # the support console (RECEIPTS_CONSOLE_DATABASE_URL): failed logins, its chart
+        "console": None,
     },
     "owner": {"retention": None},
 }

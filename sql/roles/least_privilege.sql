@@ -13,7 +13,8 @@
 --
 --   <prefix>_web       gunicorn wsgi:app (Stripe and Resend webhooks, /metrics, /readyz)
 --   <prefix>_worker    receipts worker
---   <prefix>_operator  status, show, review, import, backfill, reconcile, doctor
+--   <prefix>_operator  status, show, review, import, backfill, reconcile, doctor, and
+--                      the support console (RECEIPTS_CONSOLE_DATABASE_URL)
 --
 -- A group role that does not exist is created NOLOGIN (that needs CREATEROLE);
 -- one that exists, e.g. a login role your platform created, is used as it is.
@@ -57,7 +58,9 @@
 --   * review decisions (resolve, retry, resend, dismiss), `receipts import`,
 --     and the ingest of `receipts backfill` and `receipts reconcile`;
 --   * record operator actions and reconcile runs, which it cannot change or
---     delete afterwards.
+--     delete afterwards;
+--   * the support console's failed logins: count them, add one, delete those
+--     older than the throttling window.
 --   It cannot change a row's recipient, email, fingerprint or invoice, or
 --   delete anything.
 --
@@ -110,9 +113,10 @@ $$;
 
 -- Start from nothing, so a rerun also takes back what an older version granted.
 REVOKE ALL ON stripe_events, email_outbox, email_attempts, operator_actions, resend_events,
-    stripe_thin_events, reconcile_runs, sending_pauses, schema_migrations
+    stripe_thin_events, reconcile_runs, sending_pauses, schema_migrations, console_login_failures
     FROM :"web", :"worker", :"operator";
-REVOKE ALL ON SEQUENCE email_attempts_id_seq, operator_actions_id_seq, reconcile_runs_id_seq
+REVOKE ALL ON SEQUENCE email_attempts_id_seq, operator_actions_id_seq, reconcile_runs_id_seq,
+    console_login_failures_id_seq
     FROM :"web", :"worker", :"operator";
 
 GRANT USAGE ON SCHEMA public TO :"web", :"worker", :"operator";
@@ -178,6 +182,9 @@ GRANT UPDATE (deliveries, last_received_at, fetch_attempts, last_error, status, 
     ON stripe_thin_events TO :"operator";
 GRANT INSERT ON operator_actions, reconcile_runs TO :"operator";
 GRANT USAGE ON SEQUENCE operator_actions_id_seq, reconcile_runs_id_seq TO :"operator";
+-- operator: the support console's failed logins (its throttle)
+GRANT SELECT, INSERT, DELETE ON console_login_failures TO :"operator";
+GRANT USAGE ON SEQUENCE console_login_failures_id_seq TO :"operator";
 -- `receipts import` stages the file in a temporary table.
 GRANT TEMPORARY ON DATABASE :"DBNAME" TO :"operator";
 

@@ -16,6 +16,7 @@ import psycopg
 import pytest
 
 from receipts.cli import main
+from receipts.migrations import load_migrations
 from tests.fake_provider import FakeProviderClient, running_fake_provider
 from tests.fake_stripe_api import FakeStripeClient, running_fake_stripe_api
 from tests.helpers import free_port
@@ -118,7 +119,7 @@ def test_a_healthy_set_up_passes_every_check(healthy: dict[str, str], capsys: An
         "resend: duplicate protection: idempotency key, kept 24 h; then its sent list is searched"
     )
     assert "we_1Doctor https://receipts.example.com/webhooks/stripe" in checks["stripe-webhook"][1]
-    assert "all 9 applied" in checks["migrations"][1]
+    assert f"all {len(load_migrations())} applied" in checks["migrations"][1]
     assert main(["doctor", "--json"], healthy) == 0
     document = json.loads(capsys.readouterr().out)
     assert document["ok"] is True

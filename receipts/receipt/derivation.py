@@ -10,6 +10,8 @@ what ingest must store:
   first claim (:func:`receipts.receipt.payload.render_payload`);
 * :class:`UnsendableReceipt`: a paid invoice that cannot yield an email; it
   becomes a ``review`` row so a person sees it, and Stripe is not made to retry.
+  The row keeps what the email would be rendered from, so a person who knows
+  the right address can have it sent there (``receipts review resend --to``).
 
 An event that cannot name its receipt (no invoice id, a key that would be too
 long) raises :class:`MalformedEvent`.

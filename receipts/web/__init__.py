@@ -2,7 +2,9 @@
 
 ``stripe_webhooks`` (``POST /webhooks/stripe``), ``resend_webhooks``
 (``POST /webhooks/resend``), ``health`` (``/healthz``, ``/readyz``) and
-``metrics`` (``/metrics``); ``services`` holds what they share. Nothing is
+``metrics`` (``/metrics``); ``services`` holds what they share. The support
+console (``/console/``, package ``console``) is registered only when it has
+users, and shares nothing with the other routes but the app. Nothing is
 built at import time, and nothing connects in :func:`create_app`: the web
 process starts while the database is down (``docs/architecture.md``).
 """
@@ -19,7 +21,7 @@ from flask import Flask, Response, jsonify
 from werkzeug.exceptions import HTTPException
 
 from receipts.config import WEB_REQUIRES, Settings, load_settings
-from receipts.web import health, metrics, resend_webhooks, services, stripe_webhooks
+from receipts.web import console, health, metrics, resend_webhooks, services, stripe_webhooks
 
 
 def create_app(
@@ -35,6 +37,7 @@ def create_app(
     app.register_blueprint(health.blueprint)
     app.register_blueprint(resend_webhooks.blueprint)
     metrics.init_app(app, settings, shared.database)
+    console.init_app(app, settings)
     app.register_error_handler(413, _too_large)
     app.register_error_handler(HTTPException, _http_error)
     app.register_error_handler(500, _internal_error)

@@ -40,6 +40,7 @@ from receipts.operations import privileges
 from receipts.vocabulary import AttemptOutcome, RowStatus
 from receipts.web import create_app
 from tests import stripe_events
+from tests.console_client import console_app, console_environ, csrf_of, ingest, log_in
 from tests.helpers import METRICS_AUTH
 from tests.least_privilege import apply_roles, drop_group_roles, logins, session_prefix
 from tests.outbox_states import Db, insert_attempt, insert_row, row
@@ -858,3 +859,44 @@ def test_a_prefix_that_is_not_a_plain_name_is_refused(database_url: str) -> None
     """psql stops with the reason, and nothing is granted."""
     with pytest.raises(AssertionError, match="use lower-case letters"):
         apply_roles(database_url, "Bad-Prefix")
+
+
+def test_the_console_decides_as_the_operator_role_beside_a_web_role(
+    roles: dict[str, str], environ: dict[str, str], db: Db
+) -> None:
+    """The web process connects as <prefix>_web and its console as <prefix>_operator
+    (RECEIPTS_CONSOLE_DATABASE_URL): failed logins are counted, pages read, a resend to a
+    corrected address is decided. Without its own URL, the console says which role it
+    needs instead of failing with a 500."""
+    invoice = stripe_events.invoice(id="in_1RoleConsole", number="R-1", customer_email=None)
+    split = {
+        **environ,
+        "DATABASE_URL": roles["web"],
+        "RECEIPTS_CONSOLE_DATABASE_URL": roles["operator"],
+    }
+    with console_app(console_environ(split)) as app:
+        browser = app.test_client()
+        key = ingest(browser, invoice)
+        assert log_in(browser, "olga", "wrong").status_code == 401
+        assert log_in(browser, "olga").status_code == 303
+        for page in ("/console/status", "/console/review", f"/console/receipt/{key}"):
+            assert browser.get(page).status_code == 200, page
+        form = browser.get(f"/console/receipt/{key}/decide/resend")
+        seen = re.search(r'name="seen" value="([^"]+)"', form.get_data(as_text=True))
+        assert seen is not None
+        decided = browser.post(
+            f"/console/receipt/{key}/decide/resend",
+            data={
+                "csrf_token": csrf_of(form),
+                "seen": seen.group(1),
+                "to": "j@example.com",
+                "reason": "customer called",
+            },
+        )
+        assert decided.status_code == 303
+    assert row(db, f"{key}/resend-1")["customer_email"] == "j@example.com"
+    web_only = {**environ, "DATABASE_URL": roles["web"]}
+    with console_app(console_environ(web_only)) as app:
+        refused = log_in(app.test_client(), "olga")
+        assert refused.status_code == 503
+        assert "must be a login role in &lt;prefix&gt;_operator" in refused.get_data(as_text=True)

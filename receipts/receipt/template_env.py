@@ -15,16 +15,26 @@ from jinja2 import (
     StrictUndefined,
     select_autoescape,
 )
+from jinja2.sandbox import ImmutableSandboxedEnvironment
 from markupsafe import Markup
 
 
 def environment(template_dir: Path | None) -> Environment:
-    """The packaged templates, overridden by ``template_dir``; HTML autoescaped."""
+    """The packaged templates, overridden by ``template_dir``; HTML autoescaped.
+
+    With a template folder the environment is sandboxed: a template may read
+    what it is given but not reach Python's internals
+    (``cycler.__init__.__globals__``) or change what it reads, so write access
+    to ``RECEIPTS_TEMPLATE_DIR`` is not code execution beside the provider's
+    key. The packaged templates ship with the code and are trusted like it; the
+    sandbox would cost them about half again their rendering time.
+    """
     packaged = PackageLoader("receipts.receipt", "templates")
     loader = (
         ChoiceLoader([FileSystemLoader(str(template_dir)), packaged]) if template_dir else packaged
     )
-    env = Environment(
+    kind = ImmutableSandboxedEnvironment if template_dir else Environment
+    env = kind(
         loader=loader,
         autoescape=select_autoescape(enabled_extensions=("html",), default=False),
         undefined=StrictUndefined,

@@ -60,6 +60,24 @@ def test_a_template_that_fails_only_for_some_receipts_is_found(tmp_path: Path) -
         Renderer(template_dir=tmp_path)
 
 
+@pytest.mark.parametrize(
+    "reach",
+    [
+        "{{ cycler.__init__.__globals__.os.getcwd() }}",
+        "{{ receipt.__class__.__mro__ }}",
+        "{% set seen = {} %}{{ seen.update(a=1) }}",
+    ],
+)
+def test_a_custom_template_cannot_reach_python_or_change_what_it_reads(
+    tmp_path: Path, reach: str
+) -> None:
+    """Write access to the template folder is not code execution: the sandbox refuses
+    internals and mutation, named at start like any template that cannot render."""
+    override(tmp_path, "subject.txt", reach)
+    with pytest.raises(ConfigError, match=r"invoice_paid/subject.txt line 1: SecurityError"):
+        Renderer(template_dir=tmp_path)
+
+
 def test_a_template_file_that_is_not_utf8_is_named(tmp_path: Path) -> None:
     folder = tmp_path / "invoice_paid"
     folder.mkdir()

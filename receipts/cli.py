@@ -16,6 +16,7 @@ import importlib
 import os
 import sys
 from collections.abc import Mapping, Sequence
+from contextlib import suppress
 from typing import Protocol, cast
 
 # subcommand name -> (module, one-line help)
@@ -96,6 +97,27 @@ def _version() -> str:
 
 
 def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
+    try:
+        try:
+            code = _run(argv, environ)
+        finally:  # also after argparse's --help, which exits
+            sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader went away (`receipts status | head -1`): stop quietly, as
+        # cat and grep do, rather than with a traceback.
+        _discard_stdout()
+        return 1
+    return code
+
+
+def _discard_stdout() -> None:
+    """Point standard output at /dev/null, so the flush at exit cannot fail again."""
+    with suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+
+
+def _run(argv: Sequence[str] | None, environ: Mapping[str, str] | None) -> int:
     arguments = sys.argv[1:] if argv is None else list(argv)
     args = build_parser(chosen_command(arguments)).parse_args(arguments)
     # Imported after parsing: `--help` and a bad command line need neither.

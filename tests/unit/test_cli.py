@@ -3,6 +3,9 @@ need no database. Each subcommand's behaviour is tested with its own module."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +13,8 @@ import pytest
 
 from receipts.cli import SUBCOMMANDS, main
 from tests.real_processes import run_receipts_recording_modules
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def test_help_lists_every_command_without_importing_any(tmp_path: Path) -> None:
@@ -79,3 +84,30 @@ def test_database_down_exits_3(capsys: Any) -> None:
     environ = {"DATABASE_URL": "postgresql://postgres@127.0.0.1:1/none"}
     assert main(["status"], environ) == 3
     assert "database unavailable" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "args", [["--help"], ["preview", str(EXAMPLES / "invoice_paid.json")]], ids=["help", "preview"]
+)
+def test_a_reader_that_went_away_ends_the_command_without_a_traceback(
+    args: list[str], tmp_path: Path
+) -> None:
+    """`receipts … | head -1`: the pipe's reader is gone before the first write, as when
+    head has read its line; the command stops quietly, nothing on standard error."""
+    reader, writer = os.pipe()
+    os.close(reader)
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "receipts.cli", *args],
+            stdout=writer,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={"PATH": os.environ["PATH"], "HOME": str(tmp_path)},
+            cwd=tmp_path,
+            timeout=60,
+            check=False,
+        )
+    finally:
+        os.close(writer)
+    assert result.stderr == ""
+    assert result.returncode == 1

@@ -129,15 +129,21 @@ def statement(facts: ReceiptFacts) -> Statement:
 
 
 def collapse(discounts: tuple[Discount, ...]) -> tuple[Discount, ...]:
-    """One row per coupon: the same name, percentage and kind are added together."""
+    """One row per coupon and place: the same name, percentage and kind, on line items
+    or on the whole invoice, are added together.
+
+    A coupon on the invoice and the same coupon on one item stay two rows: added
+    together, "10% Off" would stand beside an amount that is 10 % of nothing the
+    customer can see.
+    """
     merged: dict[tuple[object, ...], Discount] = {}
     for position, found in enumerate(discounts):
-        key: tuple[object, ...] = (found.name, found.percent_off, found.credit)
+        key: tuple[object, ...] = (found.name, found.percent_off, found.credit, found.on_items)
         if found.name is None and found.percent_off is None and not found.credit:
             key = (position,)  # unnamed discounts stay apart
         earlier = merged.get(key)
         merged[key] = found if earlier is None else replace(
-            earlier, amount=earlier.amount + found.amount, on_items=False
+            earlier, amount=earlier.amount + found.amount
         )  # fmt: skip
     return tuple(merged.values())
 

@@ -46,10 +46,31 @@ def test_a_coupon_on_one_line_is_taken_off_once() -> None:
 
 
 def test_two_discounts_and_a_tax_reach_the_total() -> None:
-    """$261.00 - $33.93 (the two "10% Off" rows as one) + $18.05 = $245.12, the total."""
+    """$261.00 - $25.23 - $8.70 + $18.05 = $245.12, the total. The coupon on the invoice
+    and the same coupon on one item stay two rows, each 10 % of something shown."""
     text = email(example("invoice_paid_tax_two_discounts"))["text"]
-    assert "Subtotal: $261.00\n10% Off: -$33.93\nTax: $18.05\nAmount paid: $245.12\n" in text
+    assert (
+        "Subtotal: $261.00\n10% Off: -$25.23\n10% Off: -$8.70\nTax: $18.05\nAmount paid: $245.12\n"
+    ) in text
     assert "(10% off)" not in text
+
+
+def test_a_cut_short_item_list_with_a_coupon_on_items_still_adds_up() -> None:
+    """Without every line (``has_more``, no API key) the subtotal is Stripe's plus the
+    item discounts; a coupon on items must count there even when its rows are merged."""
+    event = example("invoice_paid_tax_two_discounts")
+    invoice = event["data"]["object"]
+    invoice["lines"]["has_more"] = True
+    # Both discounts on items (the coupon on two line items): Stripe's subtotal has
+    # both taken off already; the total and the tax stay as they were.
+    item_coupon = invoice["total_discount_amounts"][1]["discount"]
+    for entry in invoice["total_discount_amounts"]:
+        entry["discount"] = item_coupon
+    invoice["discounts"] = []
+    invoice["subtotal"] = invoice["subtotal_excluding_tax"] = 26100 - 2523 - 870
+    text = email(event)["text"]
+    assert "and more items on the invoice" in text
+    assert "Subtotal: $261.00\n10% Off: -$33.93\nTax: $18.05\n" in text
 
 
 def test_kwd_and_huf_keep_their_decimals_and_a_space_after_the_code() -> None:
@@ -100,15 +121,19 @@ def invoices(draw: st.DrawFn) -> dict[str, Any]:
     amounts = [draw(st.integers(1, 2_000_000)) for _ in range(count)]
     if draw(st.booleans()):
         amounts.append(-draw(st.integers(1, min(amounts))))  # unused time, a credit
+    # A few percentages and one shared coupon name come up often, so that rows of
+    # one coupon (on items, on the invoice, or both) have to be merged or kept apart.
+    percents = st.sampled_from([10, 50]) | st.integers(1, 100)
+    shared_name = draw(st.sampled_from([None, "Sale"]))
     line_discounts = [
-        (index, draw(st.integers(1, 100)))
+        (index, draw(percents))
         for index, value in enumerate(amounts)
         if value > 0 and draw(st.booleans())
     ]
     item_off = [value * percent // 100 for index, percent in line_discounts
                 for value in [amounts[index]]]  # fmt: skip
     subtotal = sum(amounts) - sum(item_off)
-    invoice_percents = draw(st.lists(st.integers(1, 50), max_size=2))
+    invoice_percents = draw(st.lists(st.sampled_from([10, 50]) | st.integers(1, 50), max_size=2))
     invoice_off = []
     base = subtotal
     for percent in invoice_percents:
@@ -124,21 +149,25 @@ def invoices(draw: st.DrawFn) -> dict[str, Any]:
     ending = -(credit - used) + min(total, 0)
     discounts = [
         *({"amount": off, "discount": {"id": f"di_line{n}", "object": "discount",
-           "invoice_item": f"ii_{n}", "coupon": {"name": f"Line {n}", "percent_off": p}}}
+           "invoice_item": f"ii_{n}", "coupon": {"name": shared_name or f"Line {n}",
+                                                  "percent_off": p}}}
           for n, (off, (_, p)) in enumerate(zip(item_off, line_discounts, strict=True))),
         *({"amount": off, "discount": {"id": f"di_inv{n}", "object": "discount",
-           "coupon": {"name": f"Offer {n}", "percent_off": p}}}
+           "coupon": {"name": shared_name or f"Offer {n}", "percent_off": p}}}
           for n, (off, p) in enumerate(zip(invoice_off, invoice_percents, strict=True))),
     ]  # fmt: skip
+    listed = [
+        {"amount": value, "description": f"Line {n}", "quantity": 1}
+        for n, value in enumerate(amounts)
+    ]
+    # A long invoice's event carries only its first lines (no API key to fetch more).
+    cut_short = len(listed) > 1 and draw(st.booleans())
     return stripe_events.invoice(
         currency=currency,
         lines={
             "object": "list",
-            "has_more": False,
-            "data": [
-                {"amount": value, "description": f"Line {n}", "quantity": 1}
-                for n, value in enumerate(amounts)
-            ],
+            "has_more": cut_short,
+            "data": listed[:-1] if cut_short else listed,
         },
         subtotal=subtotal,
         discounts=[f"di_inv{n}" for n in range(len(invoice_off))],

@@ -78,9 +78,13 @@ def check_adds_up(read: ReadBack, *, total: int, amount_paid: int) -> None:
         start, added = to_total[0].minor, to_total[1:]
         if read.lines_complete:
             assert lines_sum == start, (lines_sum, start)
-    else:
+    elif read.lines_complete:
         start, added = lines_sum, to_total
-        assert read.lines_complete or not added, "rows without a subtotal to start from"
+    else:
+        # Some lines only ("and more items"), no subtotal: the total is where the
+        # arithmetic starts, and nothing may stand between it and the lines.
+        assert not to_total, "rows without a subtotal to start from"
+        start, added = read.totals[final if at_total is None else at_total].minor, []
     reached = start + sum(row.minor for row in added)
     if at_total is not None:
         assert read.totals[at_total].minor == reached, (read.totals[at_total], reached)

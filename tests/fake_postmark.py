@@ -17,7 +17,8 @@ API", "Messages API"; "Custom metadata FAQ"):
   is one more delivery.
 * ``GET /messages/outbound?count=&offset=`` (both required, count at most
   500, count + offset at most 10,000) lists accepted messages newest first,
-  filtered by ``recipient``, ``subject`` and one ``metadata_<name>=<value>``;
+  filtered by ``recipient``, ``subject`` and one ``metadata_<name>=<value>``,
+  in one message stream (``messagestream``, default ``outbound``);
   a message appears only ``search_lag`` seconds (of the fake's clock) after
   it was accepted, as a search index that lags behind.
 * With a rate limit (``rate_limit`` sends per ``rate_window`` seconds), a send
@@ -234,6 +235,10 @@ def _invalid(body: Any, inactive: set[str]) -> Reply | None:
 
 
 def _matches(body: dict[str, Any], query: dict[str, list[str]]) -> bool:
+    # As Postmark: a search without ``messagestream`` looks in ``outbound`` only.
+    stream = query.get("messagestream", ["outbound"])[0]
+    if body.get("MessageStream", "outbound") != stream:
+        return False
     for name, values in query.items():
         value = values[0]
         if name.startswith("metadata_"):

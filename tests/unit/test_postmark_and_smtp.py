@@ -45,9 +45,11 @@ def fake() -> Iterator[FakePostmarkClient]:
         yield client
 
 
-def postmark(url: str, *, token: str = TOKEN, read_timeout: float = 2.0) -> PostmarkProvider:
+def postmark(
+    url: str, *, token: str = TOKEN, read_timeout: float = 2.0, stream: str = "outbound"
+) -> PostmarkProvider:
     return PostmarkProvider(
-        api_url=url, server_token=token, message_stream="outbound", retention_days=45,
+        api_url=url, server_token=token, message_stream=stream, retention_days=45,
         search_lag_seconds=0.0, connect_timeout=1.0, read_timeout=read_timeout,
     )  # fmt: skip
 
@@ -72,6 +74,20 @@ def test_postmark_send_carries_the_key_as_metadata_and_is_found_by_it(
     assert found.provider_id == delivery["id"]
     other = provider.look_up(KEY + "-other", payload(), since=datetime.now(UTC), deadline=soon())
     assert other.found is False and other.error is None
+
+
+def test_a_send_on_another_stream_is_searched_for_in_that_stream(
+    fake: FakePostmarkClient,
+) -> None:
+    """Postmark's search looks in ``outbound`` unless told otherwise: a receipt sent on
+    POSTMARK_MESSAGE_STREAM=receipts must be looked for there, or a retry sends it twice."""
+    provider = postmark(fake.url, stream="receipts")
+    answer = provider.send(KEY, payload())
+    assert answer.accepted
+    found = provider.look_up(KEY, payload(), since=datetime.now(UTC), deadline=soon())
+    assert found.provider_id == answer.provider_id
+    elsewhere = postmark(fake.url).look_up(KEY, payload(), since=datetime.now(UTC), deadline=soon())
+    assert elsewhere.found is False
 
 
 def test_the_same_payload_makes_the_same_postmark_request_bytes() -> None:

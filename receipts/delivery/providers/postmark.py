@@ -170,6 +170,8 @@ class PostmarkProvider:
         params: dict[str, str | int] = {
             "count": SEARCH_COUNT,
             "offset": 0,
+            # Without it Postmark searches the default "outbound" stream only.
+            "messagestream": self._stream,
             f"metadata_{name}": value,
         }
         try:

@@ -43,7 +43,11 @@ POSTMARK_ROWS = [
     (412, "Account is pending", RowStatus.PENDING, "config_error", "Postmark account"),
     (413, "Account may not send", RowStatus.PENDING, "config_error", "Postmark account"),
     (429, "Rate limit exceeded", RowStatus.PENDING, "rate_limited", None),
-]
+    (1235, "The 'MessageStream' provided does not exist on this server.", RowStatus.PENDING,
+     "config_error", "POSTMARK_MESSAGE_STREAM"),
+    (1236, "Sending is not supported on the supplied 'MessageStream'.", RowStatus.PENDING,
+     "config_error", "POSTMARK_MESSAGE_STREAM"),
+]  # fmt: skip
 
 
 def postmark_answer(status: int, document: dict[str, object], **headers: str) -> ProviderAnswer:

@@ -24,6 +24,10 @@ _SENDER = (
     "of this Postmark account"
 )
 _ACCOUNT = "the Postmark account may not send now (pending approval, paused, or out of credits)"
+_STREAM = (
+    "check POSTMARK_MESSAGE_STREAM: it must be the ID of a transactional message stream "
+    "of this Postmark server"
+)
 
 # Every ErrorCode Postmark documents for sending, by number: (our name, what it is).
 POSTMARK_ERRORS: dict[int, tuple[str, Rule]] = {
@@ -42,6 +46,9 @@ POSTMARK_ERRORS: dict[int, tuple[str, Rule]] = {
     412: ("account_is_pending", Rule(Reaction.CONFIGURATION, _ACCOUNT)),
     413: ("account_may_not_send", Rule(Reaction.CONFIGURATION, _ACCOUNT)),
     429: ("rate_limit_exceeded", Rule(Reaction.RATE_LIMITED)),
+    # The configured stream, the same for every receipt: stop the run, not one row.
+    1235: ("message_stream_not_found", Rule(Reaction.CONFIGURATION, _STREAM)),
+    1236: ("message_stream_cannot_send", Rule(Reaction.CONFIGURATION, _STREAM)),
 }
 _BY_NAME = {name: rule for name, rule in POSTMARK_ERRORS.values()}
 

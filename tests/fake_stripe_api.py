@@ -22,11 +22,14 @@ Rules it keeps, like Stripe:
   /v1/invoice_payments`` on ``invoice`` and ``status``.
 * ``GET /v1/payment_intents/{id}?expand[0]=latest_charge`` embeds the charge.
 * ``GET /v1/webhook_endpoints`` lists the account's endpoints (``receipts doctor``).
+* ``GET /v1/tax_ids/{id}`` answers an account's tax id (Stripe's Tax ID object:
+  ``type``, ``value``, ``owner``), ``GET /v1/products/{id}`` a product, each
+  only in the account that owns it.
 
 Control API (JSON): ``POST /_state`` ``{"account": "platform", "invoices": [],
 "events": [{"event": {...}, "delivered": false}], "customers": [], "charges": [],
 "payment_intents": [], "invoice_payments": [], "payment_records": [],
-"webhook_endpoints": []}`` adds
+"webhook_endpoints": [], "tax_ids": [], "products": []}`` adds
 objects; ``POST /_script`` ``{"answers": [{"status": 500, "path": "/v1/invoices",
 "headers": {"Retry-After": "1"}, "after": 0}]}`` queues error answers for the next
 requests whose path starts with ``path`` (any path when absent), each once
@@ -55,6 +58,7 @@ Json = dict[str, Any]
 Answer = tuple[int, dict[str, str], Json]
 KINDS = (
     "invoices", "customers", "charges", "payment_intents", "payment_records", "webhook_endpoints",
+    "tax_ids", "products",
 )  # fmt: skip
 
 

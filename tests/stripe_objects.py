@@ -208,6 +208,65 @@ def payment_record(
     }
 
 
+def off_stripe_record(
+    record_id: str, *, amount: int, reference: str = "Wire 2291"
+) -> dict[str, Any]:
+    """A payment the merchant recorded as made outside Stripe (a bank transfer)."""
+    return {
+        "id": record_id,
+        "object": "payment_record",
+        "amount": {"currency": "usd", "value": amount},
+        "livemode": False,
+        "payment_method_details": {
+            "type": "custom",
+            "custom": {"display_name": "Bank transfer", "type": "cpmt_1Wire"},
+            "billing_details": None,
+        },
+        "processor_details": {"type": "custom", "custom": {"payment_reference": reference}},
+        "reported_by": "user",
+    }
+
+
+def tax_id(tax_id_id: str, *, kind: str = "eu_vat", value: str = "FR40303265045") -> dict[str, Any]:
+    """An account's tax id as ``GET /v1/tax_ids/{id}`` returns it."""
+    return {
+        "id": tax_id_id,
+        "object": "tax_id",
+        "country": value[:2] if kind == "eu_vat" else None,
+        "created": PAID_AT - 86400 * 365,
+        "customer": None,
+        "livemode": False,
+        "owner": {"type": "self", "customer": None},
+        "type": kind,
+        "value": value,
+        "verification": None,
+    }
+
+
+def product(product_id: str, name: str) -> dict[str, Any]:
+    """A product as ``GET /v1/products/{id}`` returns it."""
+    return {
+        "id": product_id,
+        "object": "product",
+        "active": True,
+        "created": PAID_AT - 86400 * 200,
+        "default_price": None,
+        "description": None,
+        "images": [],
+        "livemode": False,
+        "marketing_features": [],
+        "metadata": {},
+        "name": name,
+        "package_dimensions": None,
+        "shippable": None,
+        "statement_descriptor": None,
+        "tax_code": None,
+        "unit_label": None,
+        "updated": PAID_AT - 86400 * 200,
+        "url": None,
+    }
+
+
 def thin_notification(
     invoice_id: str,
     *,

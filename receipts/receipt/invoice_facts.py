@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from receipts.addresses import is_email_address
-from receipts.receipt.api_facts import Payment
+from receipts.receipt.api_facts import ApiFacts, Payment
 from receipts.receipt.invoice_details import NO_DETAILS, InvoiceDetails, read_details
 from receipts.receipt.invoice_lines import MAX_LINES_SHOWN as MAX_LINES_SHOWN
 from receipts.receipt.invoice_lines import LineItem as LineItem
@@ -88,13 +88,16 @@ def read_invoice(
     created: int | None,
     *,
     all_lines: list[dict[str, Any]] | None = None,
+    api_facts: ApiFacts | None = None,
 ) -> ReceiptFacts:
     """Read the receipt's facts; raise UnusableInvoice if it cannot become an email.
 
     ``all_lines``: every line of the invoice, fetched from Stripe's API when
     the payload's list was truncated; shown instead of the payload's. (The
     fingerprint stays on the payload's own lines, so a fetch that succeeds
-    once and fails on a redelivery cannot make a conflict.)
+    once and fails on a redelivery cannot make a conflict.) ``api_facts``:
+    what else ingest looked up (product names, the merchant's tax ids, what
+    was paid outside Stripe), as stored with the render input.
     """
     to = _recipient(invoice)
     if not is_stripe_hosted_url(invoice.get("hosted_invoice_url"), HOSTED_INVOICE_HOSTS):
@@ -107,7 +110,8 @@ def read_invoice(
         raise UnusableInvoice(INVALID_CURRENCY)
     if all_lines is not None:
         invoice = {**invoice, "lines": {"data": all_lines, "has_more": False}}
-    lines = read_lines(invoice)
+    known = api_facts or ApiFacts()
+    lines = read_lines(invoice, dict(known.product_names))
     balance = _balance(invoice)
     address, country = _address(invoice.get("customer_address"))
     pdf = invoice.get("invoice_pdf")
@@ -140,7 +144,7 @@ def read_invoice(
         invoice_pdf=pdf if is_stripe_hosted_url(pdf, PDF_HOSTS) else None,
         payment=paid_with_in_payload(invoice),
         receipt_number=one_line(invoice.get("receipt_number"), 60),
-        details=read_details(invoice),
+        details=read_details(invoice, known),
     )
 
 

@@ -3,13 +3,17 @@
 ``quantity`` or ``quantity_decimal``; the proration flag on the line before
 2025-03-31.basil or under ``parent.*_details`` from then on; the line's name
 from its description, else its product's name (when the payload expands the
-price's product) or the price's or plan's nickname. Each line's ``amount`` is
+price's product, or as ingest looked it up in Stripe's API by the id in
+``price.product``, ``plan.product`` or, since basil,
+``pricing.price_details.product``), else the price's or plan's nickname
+(which Stripe calls internal: the last resort). Each line's ``amount`` is
 what it costs before any discount: discounts are listed once, on their own
 rows (:mod:`receipts.receipt.invoice_totals`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -41,12 +45,18 @@ class LineListing:
     listed: bool  # the payload carries a line list at all
 
 
-def read_lines(invoice: dict[str, Any]) -> LineListing:
-    """The lines to list, how many more the invoice has (if known), and whether any are left out."""
+def read_lines(
+    invoice: dict[str, Any], product_names: Mapping[str, str] | None = None
+) -> LineListing:
+    """The lines to list, how many more the invoice has (if known), and whether any are left out.
+
+    ``product_names``: product id -> name, as ingest looked them up in the API.
+    """
     listing = invoice.get("lines")
     if not isinstance(listing, dict) or not isinstance(listing.get("data"), list):
         return LineListing(shown=(), more=None, truncated=False, listed=False)
-    items = [_line(raw) for raw in dicts(listing.get("data"))]
+    names = product_names or {}
+    items = [_line(raw, names) for raw in dicts(listing.get("data"))]
     shown = tuple(items[:MAX_LINES_SHOWN])
     left_out = len(items) - len(shown)
     if listing.get("has_more") is not True:
@@ -57,9 +67,9 @@ def read_lines(invoice: dict[str, Any]) -> LineListing:
     return LineListing(shown=shown, more=None, truncated=True, listed=True)
 
 
-def _line(raw: dict[str, Any]) -> LineItem:
+def _line(raw: dict[str, Any], product_names: Mapping[str, str]) -> LineItem:
     return LineItem(
-        description=one_line(raw.get("description"), 300) or _name_from_price(raw),
+        description=one_line(raw.get("description"), 300) or _name_from_price(raw, product_names),
         quantity=_quantity(raw),
         amount=required_amount(raw.get("amount")),
         proration=_is_proration(raw),
@@ -77,17 +87,52 @@ def _period(period: object) -> tuple[int, int] | None:
     return None
 
 
-def _name_from_price(raw: dict[str, Any]) -> str | None:
-    """A name for a line without a description: its product's name, else a nickname."""
+def products_to_name(invoice: dict[str, Any]) -> list[str]:
+    """The product ids of the listed lines that have no name of their own, once each.
+
+    A line has none when it has no description and the payload does not
+    expand its product: its name must be looked up (a nickname does not count,
+    Stripe keeps it from customers).
+    """
+    listing = invoice.get("lines")
+    lines = dicts(listing.get("data"))[:MAX_LINES_SHOWN] if isinstance(listing, dict) else []
+    wanted: dict[str, None] = {}
+    for raw in lines:
+        if one_line(raw.get("description"), 300):
+            continue
+        products = _products(raw)
+        if any(isinstance(found, dict) and one_line(found.get("name"), 300) for found in products):
+            continue
+        for found in products:
+            if isinstance(found, str) and found.startswith("prod_"):
+                wanted[found] = None
+    return list(wanted)
+
+
+def _prices(raw: dict[str, Any]) -> tuple[list[object], dict[str, Any]]:
     pricing = raw.get("pricing")
     details = pricing.get("price_details") if isinstance(pricing, dict) else None
     details = details if isinstance(details, dict) else {}
-    prices = [raw.get("price"), raw.get("plan"), details.get("price")]
+    return [raw.get("price"), raw.get("plan"), details.get("price")], details
+
+
+def _products(raw: dict[str, Any]) -> list[object]:
+    prices, details = _prices(raw)
     products = [price.get("product") for price in prices if isinstance(price, dict)]
     products.append(details.get("product"))
+    return products
+
+
+def _name_from_price(raw: dict[str, Any], product_names: Mapping[str, str]) -> str | None:
+    """A name for a line without a description: its product's name, else a nickname."""
+    prices, _ = _prices(raw)
+    products = _products(raw)
     for product in products:
         if isinstance(product, dict) and one_line(product.get("name"), 300):
             return one_line(product.get("name"), 300)
+    for product in products:
+        if isinstance(product, str) and one_line(product_names.get(product), 300):
+            return one_line(product_names.get(product), 300)
     for price in prices:
         if isinstance(price, dict) and one_line(price.get("nickname")):
             return one_line(price.get("nickname"))

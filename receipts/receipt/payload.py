@@ -47,8 +47,11 @@ def render_payload(key: str, render_input: dict[str, Any], renderer: Renderer) -
 def read_render_input(render_input: dict[str, Any]) -> ReceiptFacts:
     """The receipt's facts from its stored input; UnusableInvoice if it cannot make one."""
     invoice = render_input["invoice"]
-    lines = (render_input.get("api_facts") or {}).get("all_lines")
-    return read_invoice(invoice["id"], invoice, render_input["created"], all_lines=lines)
+    known = api_facts_from_document(render_input.get("api_facts"))
+    lines = list(known.all_lines) if known.all_lines is not None else None
+    return read_invoice(
+        invoice["id"], invoice, render_input["created"], all_lines=lines, api_facts=known
+    )
 
 
 def email_payload(

@@ -22,7 +22,7 @@ from zoneinfo import ZoneInfo
 from babel import Locale
 from babel.numbers import NumberPattern, format_decimal
 
-from receipts.receipt.api_facts import PaymentMethod
+from receipts.receipt.api_facts import PaymentMethod, TaxId
 from receipts.receipt.dates import format_moment, format_period
 from receipts.receipt.invoice_facts import LineItem, ReceiptFacts
 from receipts.receipt.invoice_totals import Discount, Tax
@@ -68,8 +68,8 @@ class ReceiptView:
     customer_name: str | None
     customer_email: str
     customer_address: tuple[str, ...]
-    customer_tax_ids: str | None  # "DE123456789"
-    merchant_tax_ids: str | None
+    customer_tax_ids: str | None  # "VAT DE123456789"
+    merchant_tax_ids: str | None  # "VAT FR40123456824"; "shown on the invoice" when unknown
     custom_fields: tuple[FieldView, ...]
     memo: str | None  # the invoice's description
     footer: str | None  # the invoice's footer
@@ -142,8 +142,9 @@ def present(
         customer_name=facts.customer_name,
         customer_email=facts.to,
         customer_address=_address(facts, locale),
-        customer_tax_ids=", ".join(facts.details.customer_tax_ids) or None,
-        merchant_tax_ids=", ".join(facts.details.merchant_tax_ids) or None,
+        customer_tax_ids=_tax_ids(facts.details.customer_tax_ids, _),
+        merchant_tax_ids=_tax_ids(facts.details.merchant_tax_ids, _)
+        or (_("shown on the invoice") if facts.details.merchant_tax_ids_unknown else None),
         custom_fields=tuple(FieldView(label=n, value=v) for n, v in facts.details.custom_fields),
         memo=facts.details.memo,
         footer=facts.details.footer,
@@ -282,6 +283,29 @@ def _tax(found: Tax, money: Money, locale: Locale, _: Gettext) -> AmountView:
     else:
         label = _("%(name)s (%(rate)s)") % {"name": name, "rate": rate} if rate else name
     return AmountView(label=label, amount=money(found.amount))
+
+
+# Tax id types whose usual abbreviation is the same in every language; every
+# ``*_vat`` type reads "VAT" in the reader's language.
+TAX_ID_NAMES = {
+    "au_abn": "ABN",
+    "ca_bn": "BN",
+    "ca_gst_hst": "GST/HST",
+    "in_gst": "GSTIN",
+    "nz_gst": "GST",
+    "sg_gst": "GST",
+    "us_ein": "EIN",
+}
+
+
+def _tax_ids(tax_ids: tuple[TaxId, ...], _: Gettext) -> str | None:
+    """ "VAT DE123456789, EIN 12-3456789": each id after its kind, where it has a usual name."""
+    shown = []
+    for found in tax_ids:
+        kind = found.kind or ""
+        name = _("VAT") if kind.endswith("_vat") else TAX_ID_NAMES.get(kind)
+        shown.append(f"{name}\u00a0{found.value}" if name else found.value)
+    return ", ".join(shown) or None
 
 
 def _address(facts: ReceiptFacts, locale: Locale) -> tuple[str, ...]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from receipts.receipt.api_facts import Payment, PaymentMethod
+from receipts.receipt.api_facts import Payment, PaymentMethod, TaxId
 from receipts.receipt.invoice_details import InvoiceDetails
 from receipts.receipt.invoice_facts import LineItem, ReceiptFacts
 from receipts.receipt.invoice_totals import Discount, Tax
@@ -91,8 +91,8 @@ def _full() -> ReceiptFacts:
             custom_fields=(("PO number", "4500012345"),),
             memo="Thank you for your business.",
             footer="Sample Shop Ltd, 1 Main Street, Brooklyn",
-            customer_tax_ids=("DE123456789",),
-            merchant_tax_ids=("US12-3456789",),
+            customer_tax_ids=(TaxId(kind="eu_vat", value="DE123456789"),),
+            merchant_tax_ids=(TaxId(kind="us_ein", value="12-3456789"),),
             paid_out_of_band=False,
         ),
     )
@@ -164,6 +164,7 @@ def _settled_elsewhere() -> ReceiptFacts:
             footer=None,
             customer_tax_ids=(),
             merchant_tax_ids=(),
+            merchant_tax_ids_unknown=1,
             paid_out_of_band=True,
         ),
     )

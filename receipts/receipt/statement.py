@@ -12,7 +12,8 @@ built, whatever the invoice's API version, as:
   each tax added on top (taxes included in the prices are shown, not added),
   and the total;
 * what the customer's balance and credit notes did, what was marked as paid
-  outside Stripe, and the amount paid.
+  outside Stripe (before 2025-03-31.basil on top of ``amount_paid``, since
+  then part of it), and the amount paid.
 
 :func:`statement` checks that each step adds up to what Stripe says (the
 total, the amount paid) and raises :class:`ReceiptDoesNotAddUp`, with the
@@ -115,15 +116,19 @@ def statement(facts: ReceiptFacts) -> Statement:
         paid_off_stripe=0,
         amount_paid=facts.amount_paid,
     )
-    if facts.details.paid_out_of_band:
+    if facts.details.paid_out_of_band:  # before basil: not counted in amount_paid
         rows = replace(rows, paid_off_stripe=max(_due(rows) - facts.amount_paid, 0))
-    if _due(rows) - rows.paid_off_stripe != facts.amount_paid:
+    elif 0 < (off := facts.details.paid_off_stripe or 0) <= facts.amount_paid:
+        # Since basil amount_paid counts what was paid outside Stripe: the
+        # receipt says how much was marked as paid, and charges only the rest.
+        rows = replace(rows, paid_off_stripe=off, amount_paid=facts.amount_paid - off)
+    if _due(rows) - rows.paid_off_stripe != rows.amount_paid:
         raise ReceiptDoesNotAddUp(
             f"{facts.currency}: total {total} - credit notes {rows.credit_notes} + previous "
             f"balance {rows.previous_balance} - credit {rows.credit_applied} + credit added "
             f"{rows.credit_added} - carried forward {rows.carried_forward} - paid outside "
             f"Stripe {rows.paid_off_stripe} = {_due(rows) - rows.paid_off_stripe}, but the "
-            f"amount paid is {facts.amount_paid}"
+            f"amount paid is {rows.amount_paid}"
         )
     return rows
 

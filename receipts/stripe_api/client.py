@@ -166,6 +166,15 @@ class StripeApi:
             )
         )
 
+    def tax_id(self, tax_id: str, scope: Scope) -> Json:
+        """An account's or customer's tax id (``GET /v1/tax_ids/{id}``): its type and value."""
+        return self._call(lambda: self.client.v1.tax_ids.retrieve(tax_id, options=scope.options()))
+
+    def product(self, product_id: str, scope: Scope) -> Json:
+        return self._call(
+            lambda: self.client.v1.products.retrieve(product_id, options=scope.options())
+        )
+
     # --- lists ----------------------------------------------------------------------
 
     def invoice_lines(self, invoice_id: str, scope: Scope) -> list[Json]:

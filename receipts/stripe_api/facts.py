@@ -1,11 +1,18 @@
 """What only Stripe's API knows about a paid invoice, looked up for its receipt.
 
-Four look-ups, each on its own: the payment method ("Visa ending 4242"), the
+Look-ups, each on its own: the payment method ("Visa ending 4242"), the
 customer's preferred languages, every line when the payload's list was cut
-short (``lines.has_more``), and the customer's current email when the invoice
-has none. A look-up that fails, or that would start after the deadline, leaves
-its part out: the receipt is made as it would be without it, ingest goes on,
-and ``receipts_stripe_api_lookups_total{lookup, outcome}`` counts it.
+short (``lines.has_more``), the customer's current email when the invoice
+has none, the merchant's tax ids that the payload names only by id
+(``account_tax_ids``: ``GET /v1/tax_ids/{id}``), the names of products whose
+lines have no description (``GET /v1/products/{id}``, once per product), and,
+on API versions since 2025-03-31.basil, what was paid outside Stripe (the
+invoice's payments whose payment record was processed elsewhere). Every call
+names the same account as the invoice's (``Stripe-Account`` or
+``Stripe-Context``). A look-up that fails, or that would start after the
+deadline, leaves its part out: the receipt is made as it would be without it,
+ingest goes on, and ``receipts_stripe_api_lookups_total{lookup, outcome}``
+counts it.
 
 The payment method (and the charge's receipt number) is found as the
 invoice's API version allows: ``charge`` on invoices rendered before
@@ -15,6 +22,7 @@ a bare charge, or a payment record).
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -24,8 +32,11 @@ from typing import TypeVar
 from prometheus_client import Counter
 
 from receipts.logs import log_fields
-from receipts.receipt.api_facts import ApiFacts, Payment
+from receipts.receipt.api_facts import MAX_PRODUCTS, MAX_TAX_IDS, ApiFacts, Payment, TaxId
+from receipts.receipt.invoice_details import is_paid_off_stripe
+from receipts.receipt.invoice_lines import products_to_name
 from receipts.receipt.payment_methods import method_of, receipt_number_of
+from receipts.receipt.untrusted import one_line
 from receipts.stripe_api.client import ApiError, Json, NotFound, Scope, StripeApi
 
 log = logging.getLogger(__name__)
@@ -61,19 +72,113 @@ def enrich(api: StripeApi, invoice: Json, scope: Scope, *, deadline: float | Non
         email = customer.get("email")
         if _text(email):
             invoice["customer_email"] = email
-    paid = lookups.run("payment_method", lambda: payment(api, invoice, scope)) or Payment()
+    payments = InvoicePayments(api, invoice, scope)
+    paid = lookups.run("payment_method", lambda: payment(api, invoice, scope, payments))
+    off_stripe = None
+    if _may_be_paid_off_stripe(invoice):
+        off_stripe = lookups.run("payments", lambda: paid_off_stripe(payments))
     locales = customer.get("preferred_locales") if customer is not None else None
+    listed = invoice if every_line is None else {"lines": {"data": every_line}}
     return Enriched(
         invoice=invoice,
         facts=ApiFacts(
-            payment_method=paid.method,
-            receipt_number=paid.receipt_number,
+            payment_method=(paid or Payment()).method,
+            receipt_number=(paid or Payment()).receipt_number,
             preferred_locales=tuple(
                 locale for locale in locales or () if isinstance(locale, str) and locale
             ),
             all_lines=tuple(every_line) if every_line is not None else None,
+            merchant_tax_ids=_merchant_tax_ids(api, invoice, scope, lookups),
+            product_names=_product_names(api, listed, scope, lookups),
+            paid_off_stripe=off_stripe,
         ),
     )
+
+
+def _merchant_tax_ids(api: StripeApi, invoice: Json, scope: Scope, lookups: _Lookups
+                      ) -> tuple[TaxId, ...]:  # fmt: skip
+    """The account's tax ids the payload names only as ``txi_…``, with their values."""
+    named = invoice.get("account_tax_ids")
+    ids = [found for found in named if isinstance(found, str) and found.startswith("txi_")] if (
+        isinstance(named, list)
+    ) else []  # fmt: skip
+    found: list[TaxId] = []
+    for tax_id in list(dict.fromkeys(ids))[:MAX_TAX_IDS]:
+        entry = lookups.run("tax_id", functools.partial(api.tax_id, tax_id, scope))
+        if entry is None or entry.get("deleted"):
+            continue
+        value, kind = one_line(entry.get("value"), 60), entry.get("type")
+        if value:
+            found.append(TaxId(kind=kind if isinstance(kind, str) else None, value=value))
+    return tuple(found)
+
+
+def _product_names(api: StripeApi, invoice: Json, scope: Scope, lookups: _Lookups
+                   ) -> tuple[tuple[str, str], ...]:  # fmt: skip
+    """The names of the products of lines without a description, one look-up per product."""
+    names: list[tuple[str, str]] = []
+    for product_id in products_to_name(invoice)[:MAX_PRODUCTS]:
+        product = lookups.run("product", functools.partial(api.product, product_id, scope))
+        if product is None or product.get("deleted"):
+            continue
+        name = one_line(product.get("name"), 300)
+        if name:
+            names.append((product_id, name))
+    return tuple(names)
+
+
+class InvoicePayments:
+    """An invoice's paid payments, from the payload when it lists them, else listed once."""
+
+    def __init__(self, api: StripeApi, invoice: Json, scope: Scope) -> None:
+        self._api, self._invoice, self._scope = api, invoice, scope
+        self._listed: list[Json] | None = None
+        self._records: dict[str, Json] = {}
+
+    def __call__(self) -> list[Json]:
+        if self._listed is None:
+            payments = self._invoice.get("payments")
+            listed = payments.get("data") if isinstance(payments, dict) else None
+            if not isinstance(listed, list):
+                listed = self._api.invoice_payments(str(self._invoice["id"]), self._scope)
+            self._listed = [entry for entry in listed if isinstance(entry, dict)]
+        return self._listed
+
+    def record(self, value: object) -> Json:
+        """A payment record as given when expanded, else fetched (once)."""
+        if isinstance(value, str) and value not in self._records:
+            self._records[value] = self._api.payment_record(value, self._scope)
+        if isinstance(value, str):
+            return self._records[value]
+        return value if isinstance(value, dict) else {}
+
+
+def _may_be_paid_off_stripe(invoice: Json) -> bool:
+    """API versions since basil: no ``paid_out_of_band`` flag, ``amount_paid`` counts it all.
+
+    Earlier versions carry the flag (and ``charge``, ``paid``, ``payment_intent``).
+    """
+    earlier = ("paid_out_of_band", "charge", "paid", "payment_intent")
+    amount_paid = invoice.get("amount_paid")
+    if any(field in invoice for field in earlier):
+        return False
+    return isinstance(amount_paid, int) and amount_paid > 0
+
+
+def paid_off_stripe(payments: InvoicePayments) -> int | None:
+    """What the invoice's paid payments recorded outside Stripe add up to; None if nothing."""
+    total = 0
+    for entry in payments():
+        found = entry.get("payment")
+        if entry.get("status") != "paid" or not isinstance(found, dict):
+            continue
+        if found.get("type") != "payment_record" or not found.get("payment_record"):
+            continue
+        record = payments.record(found["payment_record"])
+        amount = entry.get("amount_paid")
+        if is_paid_off_stripe({**found, "payment_record": record}) and isinstance(amount, int):
+            total += amount
+    return total or None
 
 
 def _customer(api: StripeApi, invoice: Json, scope: Scope, lookups: _Lookups) -> Json | None:
@@ -90,24 +195,25 @@ def _customer(api: StripeApi, invoice: Json, scope: Scope, lookups: _Lookups) ->
     return found
 
 
-def payment(api: StripeApi, invoice: Json, scope: Scope) -> Payment | None:
+def payment(
+    api: StripeApi, invoice: Json, scope: Scope, payments: InvoicePayments | None = None
+) -> Payment | None:
     """How the invoice was paid, or None when no payment says so."""
     charge = invoice.get("charge")  # API versions before 2025-03-31
     if charge:
         return _of_charge(_expanded(charge, lambda cid: api.charge(cid, scope)))
-    payments = invoice.get("payments")
-    listed = payments.get("data") if isinstance(payments, dict) else None
-    if not isinstance(listed, list):
-        listed = api.invoice_payments(str(invoice["id"]), scope)
-    for invoice_payment in listed:
-        if isinstance(invoice_payment, dict) and invoice_payment.get("status") == "paid":
-            found = _method_of_payment(api, invoice_payment.get("payment"), scope)
+    payments = payments or InvoicePayments(api, invoice, scope)
+    for invoice_payment in payments():
+        if invoice_payment.get("status") == "paid":
+            found = _method_of_payment(api, invoice_payment.get("payment"), scope, payments)
             if found is not None:
                 return found
     return None
 
 
-def _method_of_payment(api: StripeApi, payment: object, scope: Scope) -> Payment | None:
+def _method_of_payment(
+    api: StripeApi, payment: object, scope: Scope, payments: InvoicePayments
+) -> Payment | None:
     if not isinstance(payment, dict):
         return None
     kind = payment.get("type")
@@ -120,7 +226,7 @@ def _method_of_payment(api: StripeApi, payment: object, scope: Scope) -> Payment
     if kind == "charge" and payment.get("charge"):
         return _of_charge(_expanded(payment["charge"], lambda cid: api.charge(cid, scope)))
     if kind == "payment_record" and payment.get("payment_record"):
-        record = _expanded(payment["payment_record"], lambda rid: api.payment_record(rid, scope))
+        record = payments.record(payment["payment_record"])
         method = method_of(record)
         return None if method is None else Payment(method=method)
     return None

@@ -17,13 +17,18 @@ from typing import Any
 
 import pytest
 
-from receipts.receipt.api_facts import ApiFacts, PaymentMethod
+from receipts.receipt.api_facts import ApiFacts, PaymentMethod, TaxId
 from receipts.receipt.money import format_amount, receipt_digits
 from receipts.receipt.rendering import ascii_spaces
 from tests.receipt_examples import VISA, email, example, example_names, invoice_of, renderer
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 SEPA = ApiFacts(payment_method=PaymentMethod(kind="sepa_debit", last4="3000"))
+# What the API adds to the basil out-of-band example: the payment recorded outside
+# Stripe, and the merchant's tax id the event names only by id.
+MARKED_PAID = ApiFacts(
+    paid_off_stripe=10800, merchant_tax_ids=(TaxId(kind="us_ein", value="12-3456789"),)
+)
 # (example, locale, API facts): every example in English, some in their customer's language.
 CASES: list[tuple[str, str, ApiFacts | None]] = [
     *[(name, "en_US", None) for name in example_names()],
@@ -36,6 +41,7 @@ CASES: list[tuple[str, str, ApiFacts | None]] = [
     ("invoice_paid_out_of_band", "fr_FR", None),
     ("invoice_paid_credit_full", "ja_JP", None),
     ("invoice_paid_huf", "pt_BR", VISA),
+    ("invoice_paid_out_of_band_basil", "de_DE", MARKED_PAID),
 ]
 
 

@@ -24,7 +24,7 @@ from receipts.receipt.catalogs import (
     parse_locale,
 )
 from receipts.receipt.invoice_facts import read_invoice
-from receipts.receipt.presentation import present
+from receipts.receipt.presentation import TAX_ID_NAMES, present
 from receipts.receipt.rendering import ascii_spaces
 from tests.receipt_examples import VISA, email, example, example_names, invoice_of, renderer
 
@@ -75,8 +75,9 @@ def dynamic_values(name: str, language: str) -> list[str]:
         *(discount.name for discount in facts.discounts),
         *(tax.name for tax in facts.taxes),
         *(found.amount for found in (*view.discounts, *view.taxes, *view.included_taxes)),
-        *facts.details.customer_tax_ids,
-        *facts.details.merchant_tax_ids,
+        *(found.value for found in facts.details.customer_tax_ids),
+        *(found.value for found in facts.details.merchant_tax_ids),
+        *TAX_ID_NAMES.values(),  # EIN, ABN: the same in every language
         *(text for field in facts.details.custom_fields for text in field),
         facts.details.memo,
         facts.details.footer,

@@ -7,7 +7,7 @@ from typing import Any
 from receipts.receipt.api_facts import ApiFacts, PaymentMethod
 from receipts.receipt.rendering import Renderer
 from tests import stripe_events
-from tests.receipt_examples import VISA, email, example, renderer
+from tests.receipt_examples import VISA, email, example, invoice_of, renderer
 
 CONTACT = Renderer(
     merchant_name="Acme Tools, Inc.",
@@ -167,3 +167,63 @@ def test_the_last_digits_never_start_a_line_of_their_own() -> None:
     facts = ApiFacts(payment_method=PaymentMethod(kind="card", brand="visa", last4="4242"))
     html = email(example("invoice_paid"), renderer("de_DE"), api_facts=facts)["html"]
     assert "Visa mit den Endziffern\xa04242" in html
+
+
+def test_a_sellers_tax_id_known_only_by_id_points_to_the_invoice_without_a_key() -> None:
+    """account_tax_ids as txi_… and no API key: the receipt does not leave the seller's tax
+    id out as if there were none, nor prints the id; it says where the value is."""
+    text = email(example("invoice_paid_connect_eur"))["text"]
+    assert "Your tax ID: VAT DE123456789\nSeller's tax ID: shown on the invoice\n" in text
+    assert "txi_" not in text
+    french = email(example("invoice_paid_connect_eur"), renderer("fr_FR"))["text"]
+    assert "N° fiscal du vendeur : indiqué sur la facture" in french
+
+
+def test_a_tax_id_reads_after_its_kind_in_the_readers_language() -> None:
+    ids = [{"type": "eu_vat", "value": "DE123456789"}, {"type": "us_ein", "value": "12-3456789"},
+           {"type": "br_cnpj", "value": "01.234.456/5432-10"}]  # fmt: skip
+    event = stripe_events.event(stripe_events.invoice(customer_tax_ids=ids))
+    assert (
+        "Your tax ID: VAT DE123456789, EIN 12-3456789, 01.234.456/5432-10\n"
+        in (email(event)["text"])
+    )
+    html = email(event, renderer("de_DE"))["html"]
+    assert "USt-IdNr.\u00a0DE123456789, EIN\u00a012-3456789" in html
+
+
+def test_a_line_named_by_the_api_keeps_the_payloads_own_product_name_first() -> None:
+    """An expanded product wins over a looked-up name; a nickname comes last."""
+    expanded = {"amount": 1999, "description": None, "price": {"product": {"name": "Desk lamp"}}}
+    by_id = {"amount": 1000, "description": None,
+             "price": {"product": "prod_1Shade", "nickname": "shade-internal"}}  # fmt: skip
+    lines = {"object": "list", "data": [expanded, by_id], "has_more": False}
+    event = stripe_events.event(
+        stripe_events.invoice(lines=lines, amount_paid=2999, total=2999, subtotal=2999)
+    )
+    facts = ApiFacts(product_names=(("prod_1Shade", "Linen shade"), ("prod_1Lamp", "Wrong")))
+    text = email(event, api_facts=facts)["text"]
+    assert "- Desk lamp: $19.99\n- Linen shade: $10.00\n" in text
+    assert "- shade-internal: $10.00\n" in email(event)["text"]
+
+
+def test_a_basil_invoice_that_lists_a_payment_made_outside_stripe_says_it_was_marked_paid() -> None:
+    """An invoice retrieved with its payments expanded (no key needed): the payment record
+    processed outside Stripe is marked as paid, the rest was charged."""
+    invoice = invoice_of("invoice_paid_out_of_band_basil")
+    record = {
+        "id": "pr_1Wire",
+        "object": "payment_record",
+        "processor_details": {"type": "custom", "custom": {"payment_reference": "W-1"}},
+    }
+    card = {"latest_charge": {"payment_method_details": {
+        "type": "card", "card": {"brand": "visa", "last4": "4242"}}}}  # fmt: skip
+    invoice["payments"] = {"object": "list", "has_more": False, "data": [
+        {"status": "paid", "amount_paid": 8000,
+         "payment": {"type": "payment_record", "payment_record": record}},
+        {"status": "paid", "amount_paid": 2800,
+         "payment": {"type": "payment_intent", "payment_intent": card}},
+    ]}  # fmt: skip
+    text = email(stripe_events.event(invoice))["text"]
+    assert "Marked as paid by Acme Tools, Inc.: -$80.00\nAmount charged: $28.00\n" in text
+    stated = invoice_of("invoice_paid_out_of_band_basil") | {"amount_paid_off_stripe": 10800}
+    assert "Amount charged: $0.00\n" in email(stripe_events.event(stated))["text"]

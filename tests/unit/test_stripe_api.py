@@ -12,7 +12,8 @@ import pytest
 from prometheus_client import REGISTRY
 
 from receipts.config import ConfigError, load_settings
-from receipts.receipt.api_facts import PaymentMethod
+from receipts.receipt.api_facts import MAX_PRODUCTS, PaymentMethod, TaxId
+from receipts.receipt.payload import render_payload
 from receipts.stripe_api.client import (
     BATCH,
     IN_REQUEST,
@@ -23,8 +24,11 @@ from receipts.stripe_api.client import (
     StripeApi,
 )
 from receipts.stripe_api.facts import enrich
+from tests import stripe_events
 from tests import stripe_objects as objects
 from tests.fake_stripe_api import FakeStripeClient, running_fake_stripe_api
+from tests.receipt_arithmetic import check_adds_up, read_text_part
+from tests.receipt_examples import email, example, invoice_of, job, renderer
 
 API_KEY = "rk_test_unit"
 
@@ -312,3 +316,112 @@ def test_deriving_a_receipt_does_not_load_the_stripe_library() -> None:
         check=True,
     )
     assert result.stdout.strip() == "False"
+
+
+# --- facts only the API has: the merchant's tax ids, product names, paid outside Stripe --------
+
+ATELIER = "acct_1TExampleAtelier"
+
+
+def test_the_merchants_tax_id_is_looked_up_in_the_invoices_own_account(
+    fake: FakeStripeClient,
+) -> None:
+    """A reverse-charge invoice of a connected account names its VAT id only as txi_…:
+    it is fetched with Stripe-Account, stored with the render input and shown beside the
+    customer's; the platform has no such tax id."""
+    event = example("invoice_paid_connect_eur")
+    fake.add(ATELIER, tax_ids=[objects.tax_id("txi_1TExampleAtelierFR", value="FR40303265045")])
+    enriched = enrich(api(fake), invoice_of("invoice_paid_connect_eur"), Scope(account=ATELIER),
+                      deadline=None)  # fmt: skip
+    assert enriched.facts.merchant_tax_ids == (TaxId(kind="eu_vat", value="FR40303265045"),)
+    asked = [r for r in fake.requests() if r["path"] == "/v1/tax_ids/txi_1TExampleAtelierFR"]
+    assert [r["stripe_account"] for r in asked] == [ATELIER]
+    receipt = job(event, api_facts=enriched.facts)
+    assert receipt.render_input["api_facts"]["merchant_tax_ids"] == [
+        {"type": "eu_vat", "value": "FR40303265045"}
+    ]
+    text = render_payload(receipt.message_key, receipt.render_input, renderer())["text"]
+    assert "Your tax ID: VAT DE123456789\nSeller's tax ID: VAT FR40303265045\n" in text
+    german = render_payload(receipt.message_key, receipt.render_input, renderer("de_DE"))["text"]
+    assert "Steuer-ID des Verkäufers: USt-IdNr. FR40303265045\n" in german
+    assert enrich(api(fake), invoice_of("invoice_paid_connect_eur"), Scope(),
+                  deadline=None).facts.merchant_tax_ids == ()  # fmt: skip
+
+
+def test_expanded_tax_ids_need_no_look_up(fake: FakeStripeClient) -> None:
+    invoice = invoice_of("invoice_paid_out_of_band")  # account_tax_ids expanded
+    assert enrich(api(fake), invoice, Scope(), deadline=None).facts.merchant_tax_ids == ()
+    assert not [r for r in fake.requests() if r["path"].startswith("/v1/tax_ids")]
+    assert "Seller's tax ID: EIN 12-3456789\n" in email(example("invoice_paid_out_of_band"))["text"]
+
+
+def test_a_line_without_a_description_is_named_by_its_product_looked_up_once(
+    fake: FakeStripeClient,
+) -> None:
+    """pricing.price_details.product (basil and later): one request per distinct product, at
+    most MAX_PRODUCTS per invoice; the names are stored with the render input."""
+    invoice = objects.invoice(amount=3000, lines=3)
+    products = ["prod_1Lamp", "prod_1Lamp", "prod_1Shade"]
+    for line, product in zip(invoice["lines"]["data"], products, strict=True):
+        line["description"] = None
+        line["pricing"]["price_details"] = {"price": "price_1X", "product": product}
+    fake.add(products=[objects.product("prod_1Lamp", "Desk lamp"),
+                       objects.product("prod_1Shade", "Linen shade")])  # fmt: skip
+    facts = enrich(api(fake), invoice, Scope(), deadline=None).facts
+    assert dict(facts.product_names) == {"prod_1Lamp": "Desk lamp", "prod_1Shade": "Linen shade"}
+    assert len([r for r in fake.requests() if r["path"].startswith("/v1/products/")]) == 2
+    receipt = job(stripe_events.event(invoice), api_facts=facts)
+    assert receipt.render_input["api_facts"]["product_names"]["prod_1Shade"] == "Linen shade"
+    text = render_payload(receipt.message_key, receipt.render_input, renderer())["text"]
+    assert "- Desk lamp: $10.00\n" in text and "- Linen shade: $10.00\n" in text
+    assert "- Item:" not in text
+
+    many = objects.invoice(amount=3000, lines=MAX_PRODUCTS + 5)
+    for n, line in enumerate(many["lines"]["data"]):
+        line["description"] = None
+        line["pricing"]["price_details"] = {"price": "price_1X", "product": f"prod_1Many{n}"}
+    fake.reset()
+    enrich(api(fake), many, Scope(), deadline=None)
+    assert len([r for r in fake.requests() if r["path"].startswith("/v1/products/")]) == 20
+
+
+def test_a_basil_invoice_marked_paid_outside_stripe_says_so_with_a_key(
+    fake: FakeStripeClient,
+) -> None:
+    """Since 2025-03-31.basil the event carries no paid_out_of_band and amount_paid counts
+    the payment: its invoice payment, a payment record processed outside Stripe, says it."""
+    event = example("invoice_paid_out_of_band_basil")
+    invoice = invoice_of("invoice_paid_out_of_band_basil")
+    payment = objects.invoice_payment(
+        invoice["id"], {"type": "payment_record", "payment_record": "pr_1Wire"}
+    ) | {"amount_paid": 10800, "amount_requested": 10800}
+    fake.add(
+        payment_records=[objects.off_stripe_record("pr_1Wire", amount=10800)],
+        invoice_payments=[payment],
+        tax_ids=[objects.tax_id("txi_1RExampleAcmeEIN01", kind="us_ein", value="12-3456789")],
+    )
+    facts = enrich(api(fake), invoice, Scope(), deadline=None).facts
+    assert facts.paid_off_stripe == 10800
+    assert len([r for r in fake.requests() if r["path"] == "/v1/payment_records/pr_1Wire"]) == 1
+    text = email(event, api_facts=facts)["text"]
+    assert "Your invoice ACME-0066 for $108.00 was marked as paid by Acme Tools, Inc.\n" in text
+    assert "Marked as paid by Acme Tools, Inc.: -$108.00\nAmount charged: $0.00\n" in text
+    check_adds_up(read_text_part(text, "usd"), total=10800, amount_paid=0)
+    # Without a key the event cannot tell: the receipt says it was paid, nothing more.
+    plain = email(event)["text"]
+    assert "Thank you! Acme Tools, Inc. received your payment of $108.00." in plain
+    assert "marked as paid" not in plain.lower()
+    assert "Seller's tax ID: shown on the invoice\n" in plain
+
+
+def test_a_card_payment_is_not_taken_for_one_made_outside_stripe(fake: FakeStripeClient) -> None:
+    invoice = objects.invoice()
+    fake.add(
+        payment_intents=[objects.payment_intent("pi_1Card", "ch_1Card")],
+        charges=[objects.charge("ch_1Card")],
+        invoice_payments=[objects.invoice_payment(
+            invoice["id"], {"type": "payment_intent", "payment_intent": "pi_1Card"})],
+    )  # fmt: skip
+    facts = enrich(api(fake), invoice, Scope(), deadline=None).facts
+    assert facts.paid_off_stripe is None and facts.payment_method is not None
+    assert len([r for r in fake.requests() if r["path"] == "/v1/invoice_payments"]) == 1

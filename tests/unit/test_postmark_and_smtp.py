@@ -151,6 +151,33 @@ def test_a_failed_search_is_a_lookup_error(fake: FakePostmarkClient) -> None:
     assert (found.error, found.http_status, found.permanent) == ("lookup_http_503", 503, False)
 
 
+@pytest.mark.parametrize(
+    ("script", "status"),
+    [
+        ({"status": 401, "error_code": 10}, 401),
+        ({"status": 422, "error_code": 10}, 422),  # the ErrorCode alone says it
+        ({"status": 401}, 401),  # the status alone says it
+    ],
+)
+def test_a_search_refusing_the_token_names_postmark_server_token(
+    fake: FakePostmarkClient, script: dict[str, int], status: int
+) -> None:
+    fake.script(searches=[script])
+    found = postmark(fake.url).look_up(KEY, payload(), since=datetime.now(UTC), deadline=soon())
+    assert (found.http_status, found.permanent) == (status, True)
+    assert found.fix is not None and "POSTMARK_SERVER_TOKEN" in found.fix
+
+
+def test_a_search_with_a_wrong_token_names_postmark_server_token(
+    fake: FakePostmarkClient,
+) -> None:
+    found = postmark(fake.url, token="revoked").look_up(
+        KEY, payload(), since=datetime.now(UTC), deadline=soon()
+    )
+    assert (found.error, found.http_status) == ("lookup_bad_or_missing_api_token", 401)
+    assert found.fix is not None and "POSTMARK_SERVER_TOKEN" in found.fix
+
+
 # --- SMTP ---------------------------------------------------------------------------------
 
 

@@ -183,6 +183,30 @@ def test_postmark_timeout_after_acceptance_is_found_by_search_after_the_lag(
     assert [a["outcome"] for a in attempt_log(db, key)] == ["retry", "sent"]
 
 
+def test_postmark_search_refusing_the_token_stops_the_run_and_keeps_the_question(
+    db: Db, database_url: str, db_proxy: TcpProxy, postmark: FakePostmarkClient
+) -> None:
+    """The search before a retry answers 401 / ErrorCode 10: the run stops naming
+    POSTMARK_SERVER_TOKEN, the attempt is not counted and nothing is sent; the
+    next run (token fixed) asks again and finds the first send."""
+    [key] = insert_pending(db, 1, prefix="in_1PmToken")
+    crash_after_acceptance(
+        db, db_proxy, postmark_environ(through_proxy(database_url, db_proxy), postmark)
+    )
+    wait_until_searchable(db)
+    postmark.script(searches=[{"status": 401, "error_code": 10}])
+    code, _, err = finish(start_worker(postmark_environ(database_url, postmark)))
+    assert code == 2, err
+    assert "POSTMARK_SERVER_TOKEN" in err
+    held = db.execute("SELECT status, attempts FROM email_outbox").fetchone()
+    assert held == {"status": "pending", "attempts": 1}  # the refused ask is refunded
+    assert postmark.stats()["deliveries"] == 1
+    drain(postmark_environ(database_url, postmark))
+    [delivery] = postmark.deliveries()
+    assert outbox(db)[0]["provider_id"] == delivery["id"]
+    assert [a["outcome"] for a in attempt_log(db, key)] == [None, "config_error", "sent"]
+
+
 def wait_until_searchable(db: Db) -> None:
     wait_for(lambda: attempt_started_before(db, LAG), what="the search lag to pass")
 

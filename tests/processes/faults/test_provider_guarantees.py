@@ -255,6 +255,38 @@ def test_smtp_connection_lost_after_data_goes_to_review_unretried(
     assert len(smtp.messages) == 1
 
 
+def test_smtp_reply_later_than_the_timeout_goes_to_review_unretried(
+    db: Db, database_url: str, smtp: SmtpServer
+) -> None:
+    """The server takes the message and answers its final ``.`` only after the
+    worker's read timeout (held until the test releases it): ambiguous, review,
+    one message at the server; a second run sends nothing."""
+    [key] = insert_pending(db, 1, prefix="in_1SmtpSlow")
+    release = smtp.hold_reply_after_data()
+    drain({**smtp_environ(database_url, smtp), "RECEIPTS_PROVIDER_TIMEOUT": "0.5"})
+    release.set()
+    db.execute("UPDATE email_outbox SET available_at = now()")
+    drain(smtp_environ(database_url, smtp))
+    [row] = outbox(db)
+    assert (row["status"], row["review_reason"]) == ("review", "ambiguous_smtp_send")
+    assert len(smtp.messages) == 1
+    assert [a["outcome"] for a in attempt_log(db, key)] == ["review"]
+    assert "timed out after the whole message was sent" in last_attempt(db)["provider_message"]
+
+
+def test_smtp_5xx_to_the_message_goes_to_review_with_the_servers_reply(
+    db: Db, database_url: str, smtp: SmtpServer
+) -> None:
+    [key] = insert_pending(db, 1, prefix="in_1SmtpSpam")
+    smtp.reply_to_data("554 5.7.1 Message rejected as spam")
+    drain(smtp_environ(database_url, smtp))
+    [row] = outbox(db)
+    assert (row["status"], row["review_reason"]) == ("review", "smtp_554")
+    assert [a["outcome"] for a in attempt_log(db, key)] == ["review"]
+    assert last_attempt(db)["provider_message"] == "554 5.7.1 Message rejected as spam"
+    assert smtp.messages == []
+
+
 def test_smtp_4xx_is_retried_and_5xx_goes_to_review_with_the_servers_reply(
     db: Db, database_url: str, smtp: SmtpServer
 ) -> None:

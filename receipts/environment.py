@@ -37,12 +37,18 @@ class SmtpTarget:
     username: str | None = None
     password: str | None = field(default=None, repr=False)
 
+    @property
+    def netloc(self) -> str:
+        """``host:port`` as a URL writes it: an IPv6 address in brackets (RFC 3986)."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
+
     def where(self) -> str:
         """``smtp://host:port`` (and how it is secured), never the credentials."""
         scheme = "smtps" if self.implicit_tls else "smtp"
         security = " with STARTTLS" if self.starttls else ""
         login = f" as {self.username}" if self.username else ""
-        return f"{scheme}://{self.host}:{self.port}{security}{login}"
+        return f"{scheme}://{self.netloc}{security}{login}"
 
 
 _SMTP_DEFAULT_PORTS = {"smtp": 25, "smtps": 465}

@@ -192,7 +192,7 @@ def _chosen_defaults(settings: Settings) -> dict[str, str]:
     chosen = {"EMAIL_FROM": settings.email_from or DEV_EMAIL_FROM}
     if settings.chosen_provider == "smtp" and settings.smtp is not None:
         chosen["RECEIPTS_PROVIDER"] = "smtp"
-        chosen["SMTP_URL"] = f"smtp://{settings.smtp.host}:{settings.smtp.port}"
+        chosen["SMTP_URL"] = f"smtp://{settings.smtp.netloc}"
     elif settings.mail_dir is not None and settings.chosen_provider in (None, "file"):
         chosen["RECEIPTS_MAIL_DIR"] = str(settings.mail_dir)
     return chosen

@@ -18,8 +18,13 @@ it is sent; not found, or asking is refused for good, it goes to review as
 before. A delivery webhook that already named an email of this receipt
 (``ClaimedRow.evidence_id``) answers without asking. A lookup that fails for
 now leaves the row pending: a counted retry whose error starts ``lookup_``,
-so the next claim still knows the question is open. :func:`after_lookup`
-turns the answer into the attempt's result; both are pure.
+so the next claim still knows the question is open. A lookup refused because
+of our configuration (a bad token: ``Lookup.fix``) stops the run naming the
+setting (:func:`run_stop`), the attempt refunded and the question still
+open; one refused for good for another reason sends the row to review
+without counting it, inside the limits too: asking again cannot help, and
+sending again may deliver twice. :func:`after_lookup` turns the answer into
+the attempt's result; all three are pure.
 docs/architecture.md, "Providers and their guarantees".
 """
 
@@ -31,10 +36,11 @@ from enum import StrEnum
 
 from receipts.config import Settings
 from receipts.delivery.claims import ClaimedRow, PriorAttempt
-from receipts.delivery.decisions import AttemptResult
+from receipts.delivery.decisions import AttemptResult, RunStop
 from receipts.delivery.pacing import retry_delay
 from receipts.delivery.providers.base import Guarantee, Lookup, Protection
 from receipts.delivery.rules.smtp import AMBIGUOUS
+from receipts.delivery.summary import ExitCode
 from receipts.vocabulary import AttemptOutcome, ReviewReason, RowStatus
 
 LOOKUP_ERROR_PREFIX = "lookup_"
@@ -142,9 +148,36 @@ def after_lookup(
             provider_id=found.provider_id,
             provider_message=f"found by {found.searched}: not sent again",
         )
+    if found.fix is not None:
+        # Our configuration, the same for every receipt: the run stops (run_stop);
+        # this receipt keeps its attempt and its open question for the next run.
+        error = _lookup_error(found.error or "refused")
+        return AttemptResult(
+            status=RowStatus.PENDING,
+            outcome=AttemptOutcome.CONFIG_ERROR,
+            refund_attempt=True,
+            http_status=found.http_status,
+            provider_error=error,
+            provider_message=f"{found.searched} refused our configuration: {found.fix}",
+            last_error=error,
+        )
     if found.error is None and row.past_limit is None:
         return None
-    if found.error is None or (found.permanent and row.past_limit is not None):
+    if found.error is not None and found.permanent and row.past_limit is None:
+        # Inside the limits: asking again cannot help, and a blind send may deliver twice.
+        error = _lookup_error(found.error)
+        return AttemptResult(
+            status=RowStatus.REVIEW,
+            outcome=AttemptOutcome.REVIEW,
+            refund_attempt=True,
+            http_status=found.http_status,
+            provider_error=error,
+            provider_message=f"{found.searched} can never be asked ({found.error}), "
+            "and an earlier attempt may have been delivered",
+            review_reason=error,
+            last_error=error,
+        )
+    if found.error is None or found.permanent:
         assert row.past_limit is not None
         said = f"not found by {found.searched}" if found.error is None else (
             f"{found.searched} could not be asked ({found.error})"
@@ -159,9 +192,7 @@ def after_lookup(
             review_reason=row.past_limit,
             last_error=found.error,
         )
-    error = found.error if found.error.startswith(LOOKUP_ERROR_PREFIX) else (
-        LOOKUP_ERROR_PREFIX + found.error
-    )  # fmt: skip
+    error = _lookup_error(found.error)
     return AttemptResult(
         status=RowStatus.PENDING,
         outcome=AttemptOutcome.RETRY,
@@ -173,6 +204,23 @@ def after_lookup(
         provider_message=f"{found.searched} could not be asked; asked again later",
         last_error=error,
     )
+
+
+def run_stop(found: Lookup) -> RunStop | None:
+    """The run stops when asking was refused because of our configuration."""
+    if found.fix is None:
+        return None
+    return RunStop(
+        error=(
+            f"the provider refused our configuration when asked about an earlier attempt "
+            f"(HTTP {found.http_status} {_lookup_error(found.error or 'refused')}): {found.fix}"
+        ),
+        exit_code=ExitCode.CONFIGURATION,
+    )
+
+
+def _lookup_error(error: str) -> str:
+    return error if error.startswith(LOOKUP_ERROR_PREFIX) else LOOKUP_ERROR_PREFIX + error
 
 
 def _review_outcome(reason: str) -> AttemptOutcome:

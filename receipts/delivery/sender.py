@@ -117,6 +117,9 @@ class Sender:
             found=found.provider_id,
             error=found.error,
         )
+        stop = lookups.run_stop(found)
+        if stop is not None:
+            self._stop(stop.error, stop.exit_code)
         return lookups.after_lookup(row, found, self.settings)
 
     def _log_plan(self, row: claims.ClaimedRow, chosen: lookups.Plan) -> None:

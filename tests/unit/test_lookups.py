@@ -152,8 +152,16 @@ def test_webhook_evidence_answers_without_asking() -> None:
         (None, Lookup(provider_id="pm-1", http_status=200, searched="S"), "sent", "sent", None),
         (None, Lookup(http_status=200, searched="S"), None, None, None),  # not found: send
         (None, Lookup(error="lookup_timeout", searched="S"), "pending", "retry", None),
-        (None, Lookup(error="lookup_http_401", permanent=True, searched="S"), "pending",
-         "retry", None),
+        # Refused for good inside the limits: a person decides, the attempt not counted.
+        (None, Lookup(error="lookup_http_418", permanent=True, searched="S"), "review",
+         "review", "lookup_http_418"),
+        # Refused because of our configuration: the row waits for the fixed run.
+        (None, Lookup(error="lookup_bad_or_missing_api_token", http_status=401, permanent=True,
+                      fix="check POSTMARK_SERVER_TOKEN", searched="S"), "pending",
+         "config_error", None),
+        (ReviewReason.RETRY_WINDOW_ELAPSED,
+         Lookup(error="lookup_invalid_api_key", http_status=403, permanent=True,
+                fix="check RESEND_API_KEY", searched="S"), "pending", "config_error", None),
         (ReviewReason.RETRY_WINDOW_ELAPSED, Lookup(http_status=200, searched="S"), "review",
          "skipped_cutoff", "retry_window_elapsed"),
         (ReviewReason.ATTEMPTS_EXHAUSTED, Lookup(http_status=200, searched="S"), "review",
@@ -186,5 +194,18 @@ def test_after_asking(
         # The question stays open for the next claim, whatever the lookup said.
         assert (result.provider_error or "").startswith("lookup_")
         assert 5.0 <= result.retry_in_seconds <= 20.0 and not result.refund_attempt
-    if status == "review":
+    if status == "review" or outcome == "config_error":
         assert result.refund_attempt  # nothing was sent
+    assert (lookups.run_stop(found) is not None) is (outcome == "config_error")
+
+
+def test_a_lookup_refused_for_our_configuration_stops_the_run_naming_the_setting() -> None:
+    found = Lookup(error="lookup_bad_or_missing_api_token", http_status=401, permanent=True,
+                   fix="check POSTMARK_SERVER_TOKEN: missing", searched="the search")  # fmt: skip
+    stop = lookups.run_stop(found)
+    assert stop is not None and stop.exit_code == 2
+    assert "HTTP 401 lookup_bad_or_missing_api_token" in stop.error
+    assert stop.error.endswith("check POSTMARK_SERVER_TOKEN: missing")
+    result = lookups.after_lookup(row(UNFINISHED), found, SETTINGS)
+    assert result is not None and result.provider_error == "lookup_bad_or_missing_api_token"
+    assert "POSTMARK_SERVER_TOKEN" in (result.provider_message or "")

@@ -10,6 +10,8 @@ import json
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from pathlib import Path
+from typing import Literal
 
 import pytest
 
@@ -20,7 +22,7 @@ from receipts.delivery.rules.postmark import reaction_to
 from receipts.delivery.rules.smtp import reaction_to as smtp_reaction
 from receipts.environment import EnvironmentReader
 from tests.fake_postmark import FakePostmarkClient, running_fake_postmark
-from tests.smtp_server import SmtpServer, running_smtp_server
+from tests.smtp_server import SmtpServer, running_smtp_server, self_signed_certificate
 
 KEY = "platform/test/in_1Other/invoice-paid"
 TOKEN = "server-token"
@@ -151,6 +153,33 @@ def test_a_failed_search_is_a_lookup_error(fake: FakePostmarkClient) -> None:
     assert (found.error, found.http_status, found.permanent) == ("lookup_http_503", 503, False)
 
 
+@pytest.mark.parametrize(
+    ("script", "status"),
+    [
+        ({"status": 401, "error_code": 10}, 401),
+        ({"status": 422, "error_code": 10}, 422),  # the ErrorCode alone says it
+        ({"status": 401}, 401),  # the status alone says it
+    ],
+)
+def test_a_search_refusing_the_token_names_postmark_server_token(
+    fake: FakePostmarkClient, script: dict[str, int], status: int
+) -> None:
+    fake.script(searches=[script])
+    found = postmark(fake.url).look_up(KEY, payload(), since=datetime.now(UTC), deadline=soon())
+    assert (found.http_status, found.permanent) == (status, True)
+    assert found.fix is not None and "POSTMARK_SERVER_TOKEN" in found.fix
+
+
+def test_a_search_with_a_wrong_token_names_postmark_server_token(
+    fake: FakePostmarkClient,
+) -> None:
+    found = postmark(fake.url, token="revoked").look_up(
+        KEY, payload(), since=datetime.now(UTC), deadline=soon()
+    )
+    assert (found.error, found.http_status) == ("lookup_bad_or_missing_api_token", 401)
+    assert found.fix is not None and "POSTMARK_SERVER_TOKEN" in found.fix
+
+
 # --- SMTP ---------------------------------------------------------------------------------
 
 
@@ -197,6 +226,67 @@ def test_a_connection_lost_after_the_message_is_ambiguous_and_one_message_arrive
     smtp.drop_after_data()
     answer = smtp_provider(smtp.url("s3cret")).send(KEY, payload())
     assert answer.error == "ambiguous_smtp_send" and len(smtp.messages) == 1
+
+
+@pytest.fixture(scope="module")
+def test_certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    return self_signed_certificate(tmp_path_factory.mktemp("smtp-tls"))
+
+
+@pytest.mark.parametrize("tls", ["starttls", "implicit"])
+def test_a_tls_session_is_trusted_through_ssl_cert_file_and_sends(
+    tls: Literal["starttls", "implicit"],
+    test_certificate: tuple[Path, Path],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """STARTTLS (smtp://…?starttls=true) and TLS from the first byte (smtps://): the
+    relay's certificate is checked against the CAs OpenSSL is told about, which
+    SSL_CERT_FILE names; no setting of ours is needed for a private CA."""
+    monkeypatch.setenv("SSL_CERT_FILE", str(test_certificate[0]))
+    with running_smtp_server(
+        username="receipts", password="s3cret", tls=tls, certificate=test_certificate
+    ) as server:
+        url = server.url("s3cret") + ("?starttls=true" if tls == "starttls" else "")
+        assert url.startswith("smtps://" if tls == "implicit" else "smtp://")
+        answer = smtp_provider(url).send(KEY, payload())
+        [received] = server.messages
+    assert answer.accepted and answer.provider_id == received.message_id
+    assert smtp_reaction(answer).reaction == "sent"
+
+
+@pytest.mark.parametrize("tls", ["starttls", "implicit"])
+def test_a_certificate_nobody_vouches_for_is_a_configuration_error(
+    tls: Literal["starttls", "implicit"], test_certificate: tuple[Path, Path]
+) -> None:
+    with running_smtp_server(tls=tls, certificate=test_certificate) as server:
+        url = server.url() + ("?starttls=true" if tls == "starttls" else "")
+        answer = smtp_provider(url).send(KEY, payload())
+        assert server.messages == []
+    assert answer.error == "smtp_tls_failed" and "CERTIFICATE_VERIFY_FAILED" in (
+        answer.message or ""
+    )
+    assert "SMTP_URL" in (smtp_reaction(answer).fix or "")
+
+
+def test_a_reply_to_the_message_later_than_the_timeout_is_ambiguous(smtp: SmtpServer) -> None:
+    """The server took the message and answers its final ``.`` only after the read
+    timeout: nobody can say it was not delivered, so it is never a retry."""
+    release = smtp.hold_reply_after_data()
+    target = EnvironmentReader({"SMTP_URL": smtp.url("s3cret")}).smtp_target("SMTP_URL")
+    assert target is not None
+    answer = SmtpProvider(target, connect_timeout=1.0, read_timeout=0.3).send(KEY, payload())
+    release.set()
+    assert answer.error == "ambiguous_smtp_send" and "timed out" in (answer.message or "")
+    assert smtp_reaction(answer).reaction == "review"
+    assert len(smtp.messages) == 1
+
+
+def test_a_5xx_to_the_final_dot_is_a_refusal_with_the_servers_reply(smtp: SmtpServer) -> None:
+    smtp.reply_to_data("554 5.7.1 Message rejected as spam")
+    answer = smtp_provider(smtp.url("s3cret")).send(KEY, payload())
+    assert (answer.error, answer.reply_code) == ("smtp_554", 554)
+    assert answer.message == "554 5.7.1 Message rejected as spam"
+    assert smtp_reaction(answer).reaction == "review" and smtp.messages == []
 
 
 def test_no_server_is_a_retry_nothing_sent() -> None:

@@ -178,3 +178,28 @@ def test_an_accepted_smtp_message_is_sent_with_its_message_id() -> None:
     answer = ProviderAnswer(provider_id="<abc@example.com>", reply_code=250, message="2.0.0 OK")
     result = decide(answer, 1, SETTINGS, now=NOW, table=SMTP).result
     assert (result.status, result.provider_id) == (RowStatus.SENT, "<abc@example.com>")
+
+
+def test_the_readme_guarantee_table_says_what_goes_to_review_for_each_provider() -> None:
+    """Per provider, the README's "what goes to review" column names the refusals of
+    one message its table sends to review, and the two limits."""
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme.split("## Providers and their guarantees", 1)[1].split("\n## ", 1)[0]
+    rows = {
+        line.split("|")[1].strip(): line.split("|")[4]
+        for line in section.splitlines()
+        if line.startswith("| ") and line.count("|") == 5
+    }
+    postmark_review = {name for name, rule in POSTMARK_ERRORS.values() if rule.reaction == "review"}
+    assert {"inactive_recipient", "invalid_email_request"} <= postmark_review
+    expected = {
+        "Resend (`resend`)": ["invalid_parameter", "security_error"],
+        "Postmark (`postmark`)": ["`inactive_recipient`", "`invalid_email_request`", "406", "300"],
+        "SMTP (`smtp`)": ["`ambiguous_smtp_send`", "`smtp_5xx`", "final `.`"],
+    }
+    for provider, names in expected.items():
+        review = rows[provider]
+        for name in [*names, "`attempts_exhausted`", "`retry_window_elapsed`"]:
+            assert name in review, (provider, name)

@@ -166,3 +166,18 @@ def test_receipts_dev_smtp_takes_host_and_port_and_tells_doctor() -> None:
     chosen = _chosen_defaults(settings)
     assert chosen["RECEIPTS_PROVIDER"] == "smtp" and chosen["SMTP_URL"] == "smtp://127.0.0.1:1025"
     assert "RECEIPTS_MAIL_DIR" not in chosen
+
+
+def test_receipts_dev_smtp_writes_an_ipv6_host_in_brackets_in_its_url() -> None:
+    from dataclasses import replace
+
+    from receipts.commands.dev import _chosen_defaults, _mail_note, _smtp_address
+
+    target = _smtp_address("[::1]:1025")
+    assert (target.host, target.port) == ("::1", 1025)
+    settings = replace(load_settings({}), provider="smtp", smtp=target, mail_dir=Path("mail"))
+    url = _chosen_defaults(settings)["SMTP_URL"]
+    assert url == "smtp://[::1]:1025"
+    # What dev tells doctor reads back as the same host and port.
+    assert load_settings({"SMTP_URL": url}).smtp == target
+    assert _mail_note(settings, Path("mail")) == "mail       sent by SMTP to smtp://[::1]:1025"

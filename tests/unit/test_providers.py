@@ -479,3 +479,16 @@ def test_a_key_that_may_only_send_cannot_read_the_sent_list(fake: FakeProviderCl
     assert (found.error, found.http_status, found.permanent) == (
         "lookup_restricted_api_key", 401, True,
     )  # fmt: skip
+    assert found.fix is None  # the key sends: not a configuration error, a limit of the key
+
+
+def test_a_wrong_key_at_the_sent_list_names_resend_api_key(fake: FakeProviderClient) -> None:
+    from datetime import UTC, datetime
+
+    found = resend(fake.url, api_key="re_revoked").look_up(
+        KEY, payload(), since=datetime.now(UTC), deadline=float("inf")
+    )
+    assert (found.error, found.http_status, found.permanent) == (
+        "lookup_invalid_api_key", 403, True,
+    )  # fmt: skip
+    assert found.fix is not None and "RESEND_API_KEY" in found.fix

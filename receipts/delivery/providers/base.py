@@ -63,13 +63,16 @@ class Lookup:
 
     ``provider_id`` is set when it did. ``error`` names why no answer came
     (``permanent``: asking again cannot help, for instance a key that may not
-    list emails). ``searched`` says, for the attempt log, what was asked.
+    list emails). ``fix`` is set when the refusal is our configuration's (a
+    bad token), the same for every receipt: the run stops naming it.
+    ``searched`` says, for the attempt log, what was asked.
     """
 
     provider_id: str | None = None
     error: str | None = None
     http_status: int | None = None
     permanent: bool = False
+    fix: str | None = None
     searched: str = ""
 
     @property

@@ -41,7 +41,12 @@ from receipts.delivery.answers import (
 )
 from receipts.delivery.providers.base import Guarantee, Lookup, Protection
 from receipts.delivery.providers.http_transport import JsonEndpoint
-from receipts.delivery.rules.postmark import error_name, postmark_table
+from receipts.delivery.rules.postmark import (
+    TOKEN_ERROR_CODE,
+    TOKEN_FIX,
+    error_name,
+    postmark_table,
+)
 
 # Postmark documents no per-second limit for sending; it answers 429 when hit.
 POSTMARK_DEFAULT_RATE = 0.0
@@ -188,10 +193,13 @@ class PostmarkProvider:
                 if isinstance(code, int) and code != 0
                 else f"http_{response.status_code}"
             )
+            # The token the sends use too: no receipt can be asked about until it is fixed.
+            bad_token = response.status_code == 401 or code == TOKEN_ERROR_CODE
             return Lookup(
                 error=f"lookup_{named}",
                 http_status=response.status_code,
-                permanent=response.status_code == 401,
+                permanent=bad_token,
+                fix=TOKEN_FIX if bad_token else None,
                 searched=searched,
             )
         for message in document.get("Messages") or []:

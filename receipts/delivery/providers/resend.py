@@ -30,7 +30,7 @@ from receipts.delivery.answers import (
 )
 from receipts.delivery.providers.base import Guarantee, Lookup, Protection
 from receipts.delivery.providers.http_transport import JsonEndpoint
-from receipts.delivery.rules.resend import RESEND
+from receipts.delivery.rules.resend import API_KEY_FIX, API_URL_FIX, RESEND
 from receipts.environment import PROVIDER_KEY_RETENTION_HOURS
 
 # Resend's documented default rate limit: 5 requests per second per team
@@ -40,6 +40,9 @@ RESEND_DEFAULT_RATE = 5.0
 # (beyond them it cannot tell, and the row goes to a person as before).
 LIST_PAGE_SIZE = 100
 LIST_MAX_PAGES = 50
+# Resend's answer to a key that may only send (the kind it recommends): the key
+# is fine, the sent list just cannot be read with it.
+SENDING_ONLY_KEY = "restricted_api_key"
 
 GUARANTEE = Guarantee(
     protection=Protection.IDEMPOTENCY_KEY,
@@ -103,6 +106,7 @@ class ResendProvider:
                     error=page.error,
                     http_status=page.http_status,
                     permanent=page.permanent,
+                    fix=page.fix,
                     searched=searched,
                 )
             emails, has_more = page
@@ -138,6 +142,7 @@ class ResendProvider:
                 http_status=response.status_code,
                 # A key that may only send, a wrong key or URL: asking again cannot help.
                 permanent=response.status_code in (401, 403, 404, 405),
+                fix=_lookup_fix(response.status_code, name),
             )
         data = body.get("data")
         emails = (
@@ -147,6 +152,18 @@ class ResendProvider:
 
     def close(self) -> None:
         self._endpoint.close()
+
+
+def _lookup_fix(status: int, name: str | None) -> str | None:
+    """The setting to fix when the list refuses a key or URL that cannot send either;
+    None for a key that may only send: it sends, it just cannot read the list."""
+    if name == SENDING_ONLY_KEY:
+        return None
+    if status in (401, 403):
+        return API_KEY_FIX
+    if status in (404, 405):
+        return API_URL_FIX
+    return None
 
 
 def _recipients(value: Any) -> frozenset[str]:

@@ -17,7 +17,8 @@ from __future__ import annotations
 from receipts.delivery.answers import ProviderAnswer
 from receipts.delivery.rules import AnswerTable, Reaction, Rule
 
-_TOKEN = "check POSTMARK_SERVER_TOKEN: missing, revoked, or not a server token"
+TOKEN_FIX = "check POSTMARK_SERVER_TOKEN: missing, revoked, or not a server token"
+TOKEN_ERROR_CODE = 10  # "Bad or missing API token"
 _URL = "check POSTMARK_API_URL: it must be Postmark's API base, https://api.postmarkapp.com"
 _SENDER = (
     "check EMAIL_FROM: its address or domain must be a confirmed sender signature "
@@ -31,7 +32,7 @@ _STREAM = (
 
 # Every ErrorCode Postmark documents for sending, by number: (our name, what it is).
 POSTMARK_ERRORS: dict[int, tuple[str, Rule]] = {
-    10: ("bad_or_missing_api_token", Rule(Reaction.CONFIGURATION, _TOKEN)),
+    TOKEN_ERROR_CODE: ("bad_or_missing_api_token", Rule(Reaction.CONFIGURATION, TOKEN_FIX)),
     100: ("maintenance", Rule(Reaction.RETRY)),
     300: ("invalid_email_request", Rule(Reaction.REVIEW)),
     400: ("sender_signature_not_found", Rule(Reaction.CONFIGURATION, _SENDER)),
@@ -74,7 +75,7 @@ def reaction_to(answer: ProviderAnswer) -> Rule:
 
 def _by_status(status: int) -> Rule:
     if status == 401:
-        return Rule(Reaction.CONFIGURATION, _TOKEN)
+        return Rule(Reaction.CONFIGURATION, TOKEN_FIX)
     if 300 <= status < 400 or status in (404, 405):
         return Rule(Reaction.CONFIGURATION, _URL)
     if status == 408:

@@ -11,8 +11,8 @@ from __future__ import annotations
 from receipts.delivery.answers import KEY_IN_PROGRESS, ProviderAnswer
 from receipts.delivery.rules import AnswerTable, Reaction, Rule
 
-_API_KEY = "check RESEND_API_KEY: missing, revoked, or not a key of this Resend team"
-_API_URL = "check RESEND_API_URL: it must be Resend's API base, https://api.resend.com"
+API_KEY_FIX = "check RESEND_API_KEY: missing, revoked, or not a key of this Resend team"
+API_URL_FIX = "check RESEND_API_URL: it must be Resend's API base, https://api.resend.com"
 _FROM_DOMAIN = (
     "check EMAIL_FROM's domain: it must be verified in Resend (resend.com/domains) "
     "to send to customers"
@@ -25,13 +25,13 @@ _FROM_ADDRESS = "check EMAIL_FROM: Resend refused it as a from address"
 RESEND_ERRORS: dict[tuple[int, str], Rule] = {
     (400, "invalid_idempotency_key"): Rule(Reaction.REVIEW),
     (400, "validation_error"): Rule(Reaction.REVIEW),
-    (401, "missing_api_key"): Rule(Reaction.CONFIGURATION, _API_KEY),
-    (401, "restricted_api_key"): Rule(Reaction.CONFIGURATION, _API_KEY),
-    (401, "validation_error"): Rule(Reaction.CONFIGURATION, _API_KEY),
-    (403, "invalid_api_key"): Rule(Reaction.CONFIGURATION, _API_KEY),
+    (401, "missing_api_key"): Rule(Reaction.CONFIGURATION, API_KEY_FIX),
+    (401, "restricted_api_key"): Rule(Reaction.CONFIGURATION, API_KEY_FIX),
+    (401, "validation_error"): Rule(Reaction.CONFIGURATION, API_KEY_FIX),
+    (403, "invalid_api_key"): Rule(Reaction.CONFIGURATION, API_KEY_FIX),
     (403, "validation_error"): Rule(Reaction.CONFIGURATION, _FROM_DOMAIN),
-    (404, "not_found"): Rule(Reaction.CONFIGURATION, _API_URL),
-    (405, "method_not_allowed"): Rule(Reaction.CONFIGURATION, _API_URL),
+    (404, "not_found"): Rule(Reaction.CONFIGURATION, API_URL_FIX),
+    (405, "method_not_allowed"): Rule(Reaction.CONFIGURATION, API_URL_FIX),
     (409, "invalid_idempotent_request"): Rule(Reaction.REVIEW),
     (409, "concurrent_idempotent_requests"): Rule(Reaction.RETRY),
     (422, "invalid_attachment"): Rule(Reaction.REVIEW),
@@ -57,7 +57,7 @@ def reaction_to(answer: ProviderAnswer) -> Rule:
     if 200 <= status < 300:
         return Rule(Reaction.SENT if answer.accepted else Reaction.RETRY)
     if status == 400 and answer.error == "validation_error" and answer.api_key_refused:
-        return Rule(Reaction.CONFIGURATION, _API_KEY)
+        return Rule(Reaction.CONFIGURATION, API_KEY_FIX)
     documented = RESEND_ERRORS.get((status, answer.error or ""))
     if documented is not None:
         return documented
@@ -67,9 +67,9 @@ def reaction_to(answer: ProviderAnswer) -> Rule:
 def _by_status(status: int, error: str | None) -> Rule:
     """An answer Resend does not document: unknown 4xx is the message's, 5xx a retry."""
     if status in (401, 403):
-        return Rule(Reaction.CONFIGURATION, _API_KEY)
+        return Rule(Reaction.CONFIGURATION, API_KEY_FIX)
     if 300 <= status < 400 or status in (404, 405):
-        return Rule(Reaction.CONFIGURATION, _API_URL)
+        return Rule(Reaction.CONFIGURATION, API_URL_FIX)
     if status == 408 or (status == 409 and error == KEY_IN_PROGRESS):
         return Rule(Reaction.RETRY)
     if status == 429:

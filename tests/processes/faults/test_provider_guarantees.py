@@ -183,6 +183,30 @@ def test_postmark_timeout_after_acceptance_is_found_by_search_after_the_lag(
     assert [a["outcome"] for a in attempt_log(db, key)] == ["retry", "sent"]
 
 
+def test_postmark_search_refusing_the_token_stops_the_run_and_keeps_the_question(
+    db: Db, database_url: str, db_proxy: TcpProxy, postmark: FakePostmarkClient
+) -> None:
+    """The search before a retry answers 401 / ErrorCode 10: the run stops naming
+    POSTMARK_SERVER_TOKEN, the attempt is not counted and nothing is sent; the
+    next run (token fixed) asks again and finds the first send."""
+    [key] = insert_pending(db, 1, prefix="in_1PmToken")
+    crash_after_acceptance(
+        db, db_proxy, postmark_environ(through_proxy(database_url, db_proxy), postmark)
+    )
+    wait_until_searchable(db)
+    postmark.script(searches=[{"status": 401, "error_code": 10}])
+    code, _, err = finish(start_worker(postmark_environ(database_url, postmark)))
+    assert code == 2, err
+    assert "POSTMARK_SERVER_TOKEN" in err
+    held = db.execute("SELECT status, attempts FROM email_outbox").fetchone()
+    assert held == {"status": "pending", "attempts": 1}  # the refused ask is refunded
+    assert postmark.stats()["deliveries"] == 1
+    drain(postmark_environ(database_url, postmark))
+    [delivery] = postmark.deliveries()
+    assert outbox(db)[0]["provider_id"] == delivery["id"]
+    assert [a["outcome"] for a in attempt_log(db, key)] == [None, "config_error", "sent"]
+
+
 def wait_until_searchable(db: Db) -> None:
     wait_for(lambda: attempt_started_before(db, LAG), what="the search lag to pass")
 
@@ -229,6 +253,38 @@ def test_smtp_connection_lost_after_data_goes_to_review_unretried(
     [row] = outbox(db)
     assert (row["status"], row["review_reason"]) == ("review", "ambiguous_smtp_send")
     assert len(smtp.messages) == 1
+
+
+def test_smtp_reply_later_than_the_timeout_goes_to_review_unretried(
+    db: Db, database_url: str, smtp: SmtpServer
+) -> None:
+    """The server takes the message and answers its final ``.`` only after the
+    worker's read timeout (held until the test releases it): ambiguous, review,
+    one message at the server; a second run sends nothing."""
+    [key] = insert_pending(db, 1, prefix="in_1SmtpSlow")
+    release = smtp.hold_reply_after_data()
+    drain({**smtp_environ(database_url, smtp), "RECEIPTS_PROVIDER_TIMEOUT": "0.5"})
+    release.set()
+    db.execute("UPDATE email_outbox SET available_at = now()")
+    drain(smtp_environ(database_url, smtp))
+    [row] = outbox(db)
+    assert (row["status"], row["review_reason"]) == ("review", "ambiguous_smtp_send")
+    assert len(smtp.messages) == 1
+    assert [a["outcome"] for a in attempt_log(db, key)] == ["review"]
+    assert "timed out after the whole message was sent" in last_attempt(db)["provider_message"]
+
+
+def test_smtp_5xx_to_the_message_goes_to_review_with_the_servers_reply(
+    db: Db, database_url: str, smtp: SmtpServer
+) -> None:
+    [key] = insert_pending(db, 1, prefix="in_1SmtpSpam")
+    smtp.reply_to_data("554 5.7.1 Message rejected as spam")
+    drain(smtp_environ(database_url, smtp))
+    [row] = outbox(db)
+    assert (row["status"], row["review_reason"]) == ("review", "smtp_554")
+    assert [a["outcome"] for a in attempt_log(db, key)] == ["review"]
+    assert last_attempt(db)["provider_message"] == "554 5.7.1 Message rejected as spam"
+    assert smtp.messages == []
 
 
 def test_smtp_4xx_is_retried_and_5xx_goes_to_review_with_the_servers_reply(

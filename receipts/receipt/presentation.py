@@ -287,6 +287,7 @@ def _tax(found: Tax, money: Money, locale: Locale, _: Gettext) -> AmountView:
 
 # Tax id types whose usual abbreviation is the same in every language; every
 # ``*_vat`` type reads "VAT" in the reader's language.
+WORD_JOINER = "\u2060"
 TAX_ID_NAMES = {
     "au_abn": "ABN",
     "ca_bn": "BN",
@@ -304,7 +305,12 @@ def _tax_ids(tax_ids: tuple[TaxId, ...], _: Gettext) -> str | None:
     for found in tax_ids:
         kind = found.kind or ""
         name = _("VAT") if kind.endswith("_vat") else TAX_ID_NAMES.get(kind)
-        shown.append(f"{name}\u00a0{found.value}" if name else found.value)
+        if name:
+            # On a phone the line may break between the name and the number, never
+            # inside "USt-IdNr.": a word joiner (dropped from the text part) after
+            # its hyphen keeps it whole.
+            name = name.replace("-", "-" + WORD_JOINER)
+        shown.append(f"{name} {found.value}" if name else found.value)
     return ", ".join(shown) or None
 
 

@@ -286,10 +286,11 @@ def display_name(sender: str) -> str | None:
 
 
 def ascii_spaces(text: str) -> str:
-    """``text`` with every no-break, narrow and thin space written as a plain one."""
+    """``text`` with every no-break, narrow and thin space written as a plain one, and no
+    word joiner."""
     for space in _WIDE_SPACES:  # str.replace beats str.translate tenfold on these
         text = text.replace(space, " ")
-    return text
+    return text.replace("\u2060", "")  # word joiners keep HTML lines whole
 
 
 class _Deferred:

@@ -87,6 +87,7 @@ class Database:
                         "connect_timeout": max(1, int(self._timeout)),
                         "prepare_threshold": self._prepare_threshold,
                     },
+                    configure=durable_commits,
                     reconnect_timeout=0,
                     open=False,
                     name="receipts",
@@ -209,12 +210,31 @@ def still_open(conn: Connection) -> bool:
 def connect(url: str, *, autocommit: bool = False) -> Connection:
     """One plain connection, for short-lived commands and LISTEN."""
     try:
-        return psycopg.connect(
+        conn = psycopg.connect(
             url,
             row_factory=dict_row,
             autocommit=autocommit,
             connect_timeout=10,
             prepare_threshold=None,
         )
+        durable_commits(conn)
+        return conn
     except psycopg.OperationalError as exc:
         raise DatabaseUnavailable(describe_error(exc)) from exc
+
+
+def durable_commits(conn: Connection) -> None:
+    """Make every commit of ``conn`` wait for the disk.
+
+    A database (or a managed offering) set to ``synchronous_commit = off``
+    answers COMMIT before the row is on disk: a webhook answered 200 could lose
+    its row in a crash, and Stripe would not send it again. The session setting
+    wins over the database's. The connection is left as it was found: outside
+    a transaction.
+    """
+    autocommit = conn.autocommit
+    conn.autocommit = True
+    try:
+        conn.execute(queries.load("health")["durable_commits"])
+    finally:
+        conn.autocommit = autocommit

@@ -1,3 +1,7 @@
 -- name: accepts_writes
 -- True only when this session may write: false on a standby or with read-only transactions.
 SELECT current_setting('transaction_read_only') = 'off' AND NOT pg_is_in_recovery() AS writable
+
+-- name: durable_commits
+-- Every commit of this session waits until it is on disk, whatever the database's own setting (a 200 to Stripe must never outlive a crash). Through a transaction pooler this reaches one server connection only: see the README, "Durable commits" (under Deploy).
+SET synchronous_commit = on

@@ -90,6 +90,7 @@ def resolve(
         "provider_id": provider_id,
     }
     record_action(conn, key, "resolve", decider, details | _flags(accepted, family, earlier))
+    _supersede_open_siblings(conn, family, decider, "resolve")
 
 
 def _refuse_an_id_of_another_email(family: Family, provider_id: str) -> None:
@@ -160,6 +161,7 @@ def retry(
     flags = _flags(accepted, family, earlier)
     flags["accepted_duplicate_risk"] = bool(accept_duplicate_risk and (uncertain or accepted))
     record_action(conn, key, "retry", decider, details | flags)
+    _supersede_open_siblings(conn, family, decider, "retry")
     return window_start
 
 
@@ -235,6 +237,34 @@ def dismiss(conn: Connection, key: str, decider: Decider) -> None:
     ).fetchone()
     _changed_or_refused(changed, family)
     record_action(conn, key, "dismiss", decider, {"previous_reason": row["review_reason"]})
+
+
+def _supersede_open_siblings(
+    conn: Connection, family: Family, decider: Decider, decision: str
+) -> None:
+    """The other emails of the family still waiting for a person need nobody now.
+
+    A resend that failed and is in review, when the receipt itself is retried or
+    recorded as sent: the family's one open question is the decided row, so the
+    resend is dismissed (in the log as superseded by this decision, by the same
+    person) rather than left counting as needing a person after the customer has
+    the receipt. Reviving it later takes ``--undo-dismiss``, like any dismissal.
+    """
+    for other in family.others():
+        if other["status"] != RowStatus.REVIEW or other["resent_as"]:
+            continue
+        if other["review_reason"] == ReviewReason.DISMISSED:
+            continue
+        changed = conn.execute(
+            _REVIEW["dismiss_review_row"],
+            {"key": other["message_key"], "dismissed": ReviewReason.DISMISSED},
+        ).fetchone()
+        if changed is not None:
+            details = {
+                "previous_reason": other["review_reason"],
+                "superseded_by": f"{decision} of {family.key}",
+            }
+            record_action(conn, other["message_key"], "dismiss", decider, details)
 
 
 def _flags(accepted: list[str], family: Family, earlier: str | None) -> dict[str, Any]:

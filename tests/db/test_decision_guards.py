@@ -124,6 +124,32 @@ def test_a_retry_after_a_resend_is_refused_naming_the_resend(
     assert f"resent as {key}/resend-1 (sent " in capsys.readouterr().out
 
 
+def test_a_retry_after_a_failed_resend_leaves_nothing_open_once_the_receipt_is_sent(
+    client: FlaskClient, env: dict[str, str], db: Db, fake: FakeProviderClient, capsys: Any
+) -> None:
+    """The first story the other way round: the resend fails too, so the receipt itself is
+    retried and sent. The failed resend then needs nobody: it is dismissed in the same
+    decision, logged as superseded, and status says nothing needs a person."""
+    key = deliver(client, stripe_events.invoice(id="in_1Story1Back"))
+    fake.script({"status": 422, "name": "validation_error"})
+    drain(env, fake)
+    assert review(env, "resend", key, "--reason", "try once more") == 0
+    fake.script({"status": 422, "name": "validation_error"})
+    drain(env, fake)
+    assert row(db, key + "/resend-1")["status"] == "review"
+
+    assert review(env, "retry", key, "--reason", "the address is fixed in Stripe", by="bob") == 0
+    assert row(db, key + "/resend-1")["review_reason"] == "dismissed"
+    [superseded] = actions(db, key + "/resend-1")[-1:]
+    assert superseded["action"] == "dismiss" and superseded["performed_by"] == "bob"
+    assert superseded["details"]["superseded_by"] == f"retry of {key}"
+    drain(env, fake)
+    assert list(delivered_to(fake)) == [key]
+    capsys.readouterr()
+    assert main(["status"], env) == 0
+    assert "review          0 open (1 dismissed, 0 resent)" in capsys.readouterr().out
+
+
 def test_accepting_the_duplicate_risk_is_explicit_and_recorded(
     env: dict[str, str], db: Db, capsys: Any
 ) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -76,8 +78,13 @@ class EnvironmentReader:
         value = self.text(name)
         if value is None:
             return None
-        scheme = urlsplit(value).scheme
-        if scheme not in ("postgres", "postgresql"):
+        try:
+            parts = urlsplit(value)
+            parts.port  # noqa: B018 (reading it checks it)
+        except ValueError as bad:
+            # "Invalid IPv6 URL", "Port could not be cast to integer value as 'abc'"
+            raise ConfigError(name, f"is not a usable URL: {bad}") from None
+        if parts.scheme not in ("postgres", "postgresql"):
             raise ConfigError(name, "must be a postgresql:// URL")
         return value
 
@@ -100,6 +107,27 @@ class EnvironmentReader:
             if not secret.startswith(prefix):
                 raise ConfigError(name, f"secret #{position} does not start with {prefix!r}")
         return secrets
+
+    def signing_secret(self, name: str) -> str | None:
+        """A Standard Webhooks (Svix) signing secret: ``whsec_`` and base64 of at least
+        16 bytes. A garbled one would start fine and refuse every delivery webhook."""
+        value = self.text(name)
+        if value is None:
+            return None
+        encoded = value.removeprefix("whsec_")
+        if encoded == value:
+            raise ConfigError(name, "must start with 'whsec_' (the signing secret Resend shows)")
+        try:
+            key = base64.b64decode(encoded, validate=True)
+        except (binascii.Error, ValueError):
+            raise ConfigError(
+                name, "is not a whsec_… secret: what follows whsec_ is not base64"
+            ) from None
+        if len(key) < 16:
+            raise ConfigError(
+                name, f"is too short for a signing secret ({len(key)} bytes; Resend's are 24+)"
+            )
+        return value
 
     def stripe_key(self, name: str) -> str | None:
         value = self.text(name)
@@ -305,11 +333,13 @@ class EnvironmentReader:
         from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
         raw = self.text(name) or default
+        shown = raw if len(raw) <= 60 else raw[:60] + "…"
         try:
             ZoneInfo(raw)
-        except (ZoneInfoNotFoundError, ValueError):
+        except (ZoneInfoNotFoundError, ValueError, OSError):
+            # OSError: a name longer than a file name may be ("File name too long")
             raise ConfigError(
-                name, f"unknown time zone {raw!r} (an IANA name: Europe/Berlin)"
+                name, f"unknown time zone {shown!r} (an IANA name: Europe/Berlin)"
             ) from None
         return raw
 

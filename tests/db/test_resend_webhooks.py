@@ -193,10 +193,10 @@ def test_not_configured_answers_503(client: FlaskClient, db: Db) -> None:
 
 
 def test_malformed_secret_stops_start_up(environ: dict[str, str]) -> None:
-    """A secret that is not base64 is a configuration error naming the variable."""
-    settings = load_settings({**environ, "RESEND_WEBHOOK_SECRET": "whsec_!!!not-base64!!!"})
+    """A secret that is not base64 is a configuration error naming the variable, found as
+    the settings are read (so by every process and by doctor), before any app is made."""
     with pytest.raises(ConfigError) as error:
-        create_app(settings)
+        create_app(load_settings({**environ, "RESEND_WEBHOOK_SECRET": "whsec_!!!not-base64!!!"}))
     assert error.value.variable == "RESEND_WEBHOOK_SECRET"
 
 

@@ -112,6 +112,12 @@ def test_missing_required_setting_names_the_variable(variable: str) -> None:
         ("RECEIPTS_SUPPORT_URL", "http://acme.example/help", "https://"),
         ("RECEIPTS_SUPPORT_URL", "https://acme.example/a b", "https://"),
         ("RECEIPTS_SUPPORT_URL", "https://user@acme.example/", "https://"),
+        ("DATABASE_URL", "postgresql://u:p@[::1/receipts", "Invalid IPv6 URL"),
+        ("DATABASE_URL", "postgresql://u:p@db.example:abc/receipts", "integer"),
+        ("RECEIPTS_TIMEZONE", "A" * 5000, "unknown time zone 'AAAA"),
+        ("RESEND_WEBHOOK_SECRET", "whsec_abc", "not base64"),
+        ("RESEND_WEBHOOK_SECRET", "whsec_YWJj", "too short"),
+        ("RESEND_WEBHOOK_SECRET", "c2VjcmV0LXNlY3JldC1zZWNyZXQ=", "must start with 'whsec_'"),
     ],
 )
 def test_malformed_setting_names_the_variable_and_problem(
@@ -121,7 +127,8 @@ def test_malformed_setting_names_the_variable_and_problem(
         load_settings({**VALID, variable: value})
     message = str(raised.value)
     assert message.startswith(f"{variable}: ") and problem in message
-    assert "\n" not in message
+    assert "\n" not in message and len(message) < 300
+    assert ":p@" not in message  # a URL's password is never repeated
 
 
 def test_gunicorn_refuses_to_start_with_a_bad_setting() -> None:

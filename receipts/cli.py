@@ -134,6 +134,11 @@ def _run(argv: Sequence[str] | None, environ: Mapping[str, str] | None) -> int:
     except DatabaseUnavailable as error:
         print(f"receipts: database unavailable: {error}", file=sys.stderr)
         return 3
+    except psycopg.errors.UndefinedTable as error:
+        from receipts.db import not_migrated
+
+        print(f"receipts: {not_migrated(error)}", file=sys.stderr)
+        return 3
     except psycopg.errors.InsufficientPrivilege as error:
         from receipts.commands import report_denied
 

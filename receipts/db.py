@@ -17,7 +17,7 @@ from __future__ import annotations
 import select
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
 from typing import Any
 
@@ -131,6 +131,8 @@ class Database:
             raise DatabaseUnavailable(f"no database connection within {self._timeout:g} s") from exc
         except psycopg.errors.ReadOnlySqlTransaction as exc:
             raise DatabaseUnavailable(describe_error(exc), "read_only") from exc
+        except psycopg.errors.UndefinedTable as exc:
+            raise DatabaseUnavailable(not_migrated(exc), "not_migrated") from exc
         except (psycopg.errors.QueryCanceled, psycopg.errors.LockNotAvailable) as exc:
             limit = f" (limit {self._work_timeout:g} s)" if self._work_timeout else ""
             raise DatabaseUnavailable(describe_error(exc) + limit, "timeout") from exc
@@ -168,22 +170,37 @@ class Database:
             conn.close()
             pool.putconn(conn)
 
-    def check_ready(self) -> None:
-        """Raise DatabaseUnavailable unless the database answers and accepts writes.
+    def check_ready(self, migration_versions: Sequence[int] = ()) -> None:
+        """Raise DatabaseUnavailable unless the database answers, accepts writes and has
+        every migration in ``migration_versions`` applied.
 
         ``health.sql: accepts_writes`` reads no table: a standby, or a server
-        set to read-only transactions, answers false.
+        set to read-only transactions, answers false. A deploy whose release
+        phase has not migrated yet is not ready either.
         """
+        health = queries.load("health")
         with self.transaction() as conn:
-            row = conn.execute(queries.load("health")["accepts_writes"]).fetchone()
+            row = conn.execute(health["accepts_writes"]).fetchone()
+            applied = conn.execute(
+                health["migrations_applied"], {"versions": list(migration_versions)}
+            ).fetchone()
         if not (row and row["writable"]):
             raise DatabaseUnavailable("the database accepts no writes", "read_only")
+        if applied is None or applied["applied"] < len(set(migration_versions)):
+            raise DatabaseUnavailable(
+                "migrations are pending: run `receipts migrate`", "not_migrated"
+            )
 
     def close(self) -> None:
         with self._lock:
             if self._pool is not None:
                 self._pool.close()
                 self._pool = None
+
+
+def not_migrated(error: psycopg.Error) -> str:
+    """What to do about a table that is not there: the schema was never migrated."""
+    return f"the database is not migrated ({describe_error(error)}): run `receipts migrate`"
 
 
 def still_open(conn: Connection) -> bool:

@@ -42,7 +42,8 @@
 --   * Resend delivery webhooks: store delivery events, and set the delivery
 --     status of rows that are `sent` (and only of those, and nothing else);
 --   * /metrics: read the outbox's state columns, the attempt log, waiting
---     thin notifications and the reconcile runs.
+--     thin notifications and the reconcile runs;
+--   * /readyz: read which migrations are applied.
 --   It cannot read the frozen emails, change a row's status, or delete anything.
 -- <prefix>_worker
 --   * claim and record: update the columns the worker writes (status, lease,
@@ -143,6 +144,8 @@ GRANT UPDATE (delivery_status, delivery_status_at, delivery_detail, updated_at)
     ON email_outbox TO :"web";
 -- web: /metrics
 GRANT SELECT ON email_attempts, reconcile_runs, sending_pauses TO :"web";
+-- web and worker: /readyz and the health checks ask which migrations are applied
+GRANT SELECT ON schema_migrations TO :"web", :"worker";
 
 -- worker: claim and record
 GRANT SELECT ON email_outbox TO :"worker";

@@ -20,7 +20,7 @@ import stripe
 
 from receipts.ingest import strict_json
 from receipts.ingest.verification import RejectedDelivery
-from receipts.receipt.event import EventHeader
+from receipts.receipt.event import EventHeader, is_stripe_id
 from receipts.stripe_api.client import Scope
 
 INVOICE_PAID = "v1.invoice.paid"
@@ -104,19 +104,13 @@ def parse(text: str, parser: stripe.StripeClient) -> Notification:
 
 
 def _problem(event_id: object, event_type: object, body: Any, invoice_id: object) -> str | None:
-    if (
-        not isinstance(event_id, str)
-        or not event_id.startswith("evt_")
-        or not _ID.fullmatch(event_id)
-    ):
+    if not is_stripe_id(event_id, "evt_"):
         return "no valid 'id'"
     if not isinstance(event_type, str) or not _TYPE.fullmatch(event_type):
         return "no valid 'type'"
     if not isinstance(body.get("livemode"), bool):
         return "no boolean 'livemode'"
-    if event_type == INVOICE_PAID and not (
-        isinstance(invoice_id, str) and invoice_id.startswith("in_") and _ID.fullmatch(invoice_id)
-    ):
+    if event_type == INVOICE_PAID and not is_stripe_id(invoice_id, "in_"):
         return "'related_object.id' is not an invoice id"
     return None
 
@@ -126,7 +120,7 @@ def _account(context: str | None) -> str | None:
     if not context:
         return "platform"
     last = context.split("/")[-1]
-    return last if last.startswith("acct_") and _ID.fullmatch(last) else None
+    return last if is_stripe_id(last, "acct_") else None
 
 
 def _timestamp(created: object) -> int | None:

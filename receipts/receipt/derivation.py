@@ -24,7 +24,7 @@ from typing import Any
 
 from receipts.message_keys import INVOICE_PAID, InvalidMessageKey, message_key
 from receipts.receipt.api_facts import ApiFacts, api_facts_document
-from receipts.receipt.event import STRIPE_ID, EventHeader, MalformedEvent
+from receipts.receipt.event import EventHeader, MalformedEvent, is_stripe_id
 from receipts.receipt.fingerprints import fingerprint, legacy_fingerprint, semantic_facts
 from receipts.receipt.invoice_values import UnusableInvoice
 from receipts.receipt.money import is_amount
@@ -98,11 +98,7 @@ def derive_receipt(
         return Ignored(reason="event_type_not_handled")
     invoice = header.data_object
     invoice_id = invoice.get("id")
-    if (
-        not isinstance(invoice_id, str)
-        or not invoice_id.startswith("in_")
-        or not STRIPE_ID.fullmatch(invoice_id)
-    ):
+    if not is_stripe_id(invoice_id, "in_"):
         raise MalformedEvent("invoice.paid event has no valid invoice id in 'data.object.id'")
     if invoice.get("status") != "paid":
         return Ignored(reason="invoice_not_paid")

@@ -10,11 +10,22 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 # Stripe object ids (evt_…, acct_…, in_…) and event types, as far as we accept them.
 STRIPE_ID = re.compile(r"[A-Za-z0-9_]{1,200}")
 _EVENT_TYPE = re.compile(r"[a-z0-9_.]{1,100}")
+
+
+def is_stripe_id(value: object, prefix: str) -> TypeGuard[str]:
+    """``value`` is a Stripe id of this kind: ``prefix`` and at least one more character
+    ("acct_" alone names no account)."""
+    return (
+        isinstance(value, str)
+        and value.startswith(prefix)
+        and len(value) > len(prefix)
+        and STRIPE_ID.fullmatch(value) is not None
+    )
 
 
 class MalformedEvent(ValueError):
@@ -42,11 +53,7 @@ def parse_event(event: object) -> EventHeader:
     if not isinstance(event, dict):
         raise MalformedEvent("body is not a JSON object")
     event_id = event.get("id")
-    if (
-        not isinstance(event_id, str)
-        or not event_id.startswith("evt_")
-        or not STRIPE_ID.fullmatch(event_id)
-    ):
+    if not is_stripe_id(event_id, "evt_"):
         raise MalformedEvent("event has no valid 'id'")
     event_type = event.get("type")
     if not isinstance(event_type, str) or not _EVENT_TYPE.fullmatch(event_type):
@@ -57,11 +64,7 @@ def parse_event(event: object) -> EventHeader:
     account = event.get("account")
     if account is None:
         account = "platform"
-    elif (
-        not isinstance(account, str)
-        or not account.startswith("acct_")
-        or not STRIPE_ID.fullmatch(account)
-    ):
+    elif not is_stripe_id(account, "acct_"):
         raise MalformedEvent("event 'account' is not a Connect account id")
     data = event.get("data")
     data_object = data.get("object") if isinstance(data, dict) else None

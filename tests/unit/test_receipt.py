@@ -142,6 +142,15 @@ def test_paid_invoice_without_a_usable_email_needs_review(
             "account": "x",
             "data": {"object": {}},
         },
+        # a prefix alone names nothing
+        {
+            "id": "evt_1",
+            "type": "invoice.paid",
+            "livemode": False,
+            "account": "acct_",
+            "data": {"object": {}},
+        },
+        {"id": "evt_", "type": "invoice.paid", "livemode": False, "data": {"object": {}}},
     ],
 )
 def test_malformed_envelopes_are_rejected(event: Any) -> None:
@@ -152,6 +161,8 @@ def test_malformed_envelopes_are_rejected(event: Any) -> None:
 def test_invoice_paid_without_an_invoice_id_is_malformed() -> None:
     with pytest.raises(MalformedEvent, match="invoice id"):
         derive(stripe_events.event({"object": "invoice", "status": "paid"}))
+    with pytest.raises(MalformedEvent, match="invoice id"):
+        derive(stripe_events.event(stripe_events.invoice(id="in_")))
 
 
 def test_fingerprint_follows_meaning() -> None:

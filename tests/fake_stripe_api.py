@@ -31,7 +31,7 @@ Control API (JSON): ``POST /_state`` ``{"account": "platform", "invoices": [],
 "payment_intents": [], "invoice_payments": [], "payment_records": [],
 "webhook_endpoints": [], "tax_ids": [], "products": []}`` adds
 objects; ``POST /_script`` ``{"answers": [{"status": 500, "path": "/v1/invoices",
-"headers": {"Retry-After": "1"}, "after": 0}]}`` queues error answers for the next
+"headers": {"Retry-After": "1"}, "after": 0, "message": "…"}]}`` queues error answers for the next
 requests whose path starts with ``path`` (any path when absent), each once
 ``after`` such requests went through; ``GET /_requests``
 lists every API request (method, path, query, account headers);
@@ -123,7 +123,8 @@ class FakeStripe:
                 kind = {429: "rate_limit_error", 500: "api_error"}.get(
                     status, "invalid_request_error"
                 )
-                _, _, body = _error(status, kind, answer.get("code"), "a scripted failure")
+                message = str(answer.get("message", "a scripted failure"))
+                _, _, body = _error(status, kind, answer.get("code"), message)
                 return status, dict(answer.get("headers", {})), body
         return None
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import re
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -286,14 +287,31 @@ def translate(error: stripe.StripeError) -> ApiError:
 
 
 def _describe(error: stripe.StripeError) -> str:
-    """One line: status, Stripe's error code and message (no key, no URL)."""
+    """One line: status, Stripe's error code and whole message (no key, no URL)."""
+    import stripe
+
     parts = [f"HTTP {error.http_status}" if error.http_status else type(error).__name__]
     if error.code:
         parts.append(str(error.code))
-    text = (error.user_message or str(error) or "").strip().splitlines()
-    if text:
-        parts.append(text[0][:200])
+    if isinstance(error, stripe.APIConnectionError):
+        # The library's text names the URL, and its first line stops mid-sentence.
+        cause = _NETWORK_ERROR.search(str(error))
+        parts.append("Stripe's API could not be reached" + (f" ({cause[1]})" if cause else ""))
+    else:
+        text = " ".join((error.user_message or str(error) or "").split())
+        if text:
+            parts.append(_shortened(text, 300))
     return ": ".join(parts)
+
+
+_NETWORK_ERROR = re.compile(r"Network error: (\w+)")
+
+
+def _shortened(text: str, limit: int) -> str:
+    """``text`` whole when it fits, else cut at a word and marked as cut."""
+    if len(text) <= limit:
+        return text
+    return text[:limit].rsplit(" ", 1)[0] + " …"
 
 
 def _retry_after(headers: Mapping[str, str] | None) -> float | None:

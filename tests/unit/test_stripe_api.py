@@ -27,6 +27,7 @@ from receipts.stripe_api.facts import enrich
 from tests import stripe_events
 from tests import stripe_objects as objects
 from tests.fake_stripe_api import FakeStripeClient, running_fake_stripe_api
+from tests.helpers import free_port
 from tests.receipt_arithmetic import check_adds_up, read_text_part
 from tests.receipt_examples import email, example, invoice_of, job, renderer
 
@@ -106,6 +107,32 @@ def test_a_wrong_key_is_refused_not_retried(fake: FakeStripeClient) -> None:
     with pytest.raises(ApiRefused, match="401"):
         wrong.invoice("in_1Any", Scope())
     assert len(fake.requests()) == 1
+
+
+def test_an_unreachable_api_is_one_whole_sentence_without_its_url() -> None:
+    """The library's own text stops mid-sentence on its first line and names the URL."""
+    unreachable = StripeApi(API_KEY, base=f"http://127.0.0.1:{free_port()}", timing=IN_REQUEST)
+    with pytest.raises(ApiUnavailable) as raised:
+        unreachable.invoice("in_1Unreachable", Scope())
+    message = str(raised.value)
+    assert message == "APIConnectionError: Stripe's API could not be reached (ConnectionError)"
+
+
+def test_stripes_message_is_kept_whole_and_a_long_one_cut_at_a_word(
+    fake: FakeStripeClient,
+) -> None:
+    sentence = (
+        "No such invoice: 'in_1Gone'; a similar object exists in live mode, but a test mode "
+        "key was used to make this request."
+    )
+    fake.script({"status": 400, "message": sentence})
+    with pytest.raises(ApiRefused) as raised:
+        api(fake, timing=IN_REQUEST).invoice("in_1Gone", Scope())
+    assert str(raised.value).endswith(sentence)
+    fake.script({"status": 400, "message": "word " * 100})
+    with pytest.raises(ApiRefused) as raised:
+        api(fake, timing=IN_REQUEST).invoice("in_1Gone", Scope())
+    assert str(raised.value).endswith("word …") and len(str(raised.value)) < 330
 
 
 def test_5xx_is_retried_by_the_library_in_batch_and_not_in_a_request(

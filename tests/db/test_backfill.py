@@ -155,7 +155,9 @@ def test_a_refused_key_exits_2_and_an_outage_exits_1_keeping_what_was_done(
     """401: a configuration error (2). The API failing after the first page (past the
     library's retries): exit 1, the first page's receipts stay, the next run does the rest."""
     assert backfill({**api_environ, "STRIPE_API_KEY": "rk_test_revoked"}) == 2
-    assert "401" in capsys.readouterr().err
+    refused = capsys.readouterr()
+    assert "401" in refused.err
+    assert "0 found before the run stopped, the rest not read (run it again)" in refused.out
     monkeypatch.setattr(stripe_client, "PAGE_SIZE", 2)
     for n in range(4):
         lost_event(stripe_api, n)
@@ -163,7 +165,9 @@ def test_a_refused_key_exits_2_and_an_outage_exits_1_keeping_what_was_done(
     assert backfill(api_environ) == 1
     captured = capsys.readouterr()
     assert "stopped: Stripe API: HTTP 500" in captured.err
-    assert "2 found: queued 2" in captured.out
+    assert "2 found before the run stopped, the rest not read (run it again): queued 2" in (
+        captured.out
+    )
     assert len(outbox_keys(db)) == 2
     assert backfill(api_environ) == 0
     assert len(outbox_keys(db)) == 4

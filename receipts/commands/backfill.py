@@ -71,7 +71,7 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     try:
         backfill.run(since=since, accounts=args.account, include_delivered=args.all)
     except ApiError as exc:
-        _print_summary(backfill.report, stopped=True)
+        _print_summary(backfill.report, cut_short=True)
         print(f"receipts backfill: stopped: Stripe API: {exc}", file=sys.stderr)
         return 2 if isinstance(exc, ApiRefused) else 1
     finally:
@@ -90,7 +90,7 @@ def _progress(line: str) -> None:
     print(f"receipts backfill: {line}", file=sys.stderr, flush=True)
 
 
-def _print_summary(report: BackfillReport, *, stopped: bool = False) -> None:
+def _print_summary(report: BackfillReport, *, cut_short: bool = False) -> None:
     thin = report.thin
     if thin is not None and (thin.outcomes or thin.stopped):
         resolved = ", ".join(f"{name} {n}" for name, n in sorted(thin.outcomes.items()))
@@ -98,7 +98,7 @@ def _print_summary(report: BackfillReport, *, stopped: bool = False) -> None:
         print(f"receipts backfill: pending thin notifications: {resolved or 'none resolved'}"
               f"{stopped}")  # fmt: skip
     counts = ", ".join(f"{name} {report.outcomes[name]}" for name in OUTCOMES)
-    if stopped:
+    if cut_short:
         # Not "0 found": the events after the failure were never read.
         print(f"receipts backfill: {report.found} found before the run stopped, the rest "
               f"not read (run it again): {counts}")  # fmt: skip

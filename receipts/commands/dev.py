@@ -42,6 +42,7 @@ from receipts.dev.state import (
     ensure_dev_secret,
     forget_running,
     record_running,
+    running_in,
     state_dir,
 )
 from receipts.logs import configure_logging, log_fields
@@ -93,6 +94,14 @@ class DevSetup:
 def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     configured = load_settings(environ)
     configure_logging(configured.log_format)
+    folder = state_dir(configured, args.state_dir)
+    serving = running_in(folder)
+    if serving is not None:
+        # A second server here would share the first one's database and secret,
+        # and remove its note of itself on exit.
+        print(f"receipts dev: another `receipts dev` (pid {serving}) already serves {folder}: "
+              "stop it first, or give this one its own --state-dir", file=sys.stderr)  # fmt: skip
+        return 1
     problem = _port_problem(args.port)
     if problem is not None:
         print(f"receipts dev: cannot listen on {HOST}:{args.port}: {problem}", file=sys.stderr)

@@ -136,6 +136,15 @@ def record_running(
         _write_private(_pointer(environ), {"folder": str(folder), "pid": os.getpid()})
 
 
+def running_in(folder: Path) -> int | None:
+    """The pid of a live dev server that serves ``folder``, if one does."""
+    try:
+        pid = int(json.loads((folder / RUNNING_FILE).read_text())["pid"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return pid if pid != os.getpid() and _alive(pid) else None
+
+
 def forget_running(folder: Path, environ: Mapping[str, str]) -> None:
     for path in (folder / RUNNING_FILE, _pointer(environ)):
         try:

@@ -146,6 +146,33 @@ def test_a_restarted_dev_keeps_its_database_port(state: Path) -> None:
     assert ports[0] == ports[1]
 
 
+def test_a_second_dev_in_the_same_folder_is_refused_and_leaves_the_first_alone(
+    state: Path,
+) -> None:
+    """It would share the first one's database and remove the first one's note on exit:
+    refused in one line, and the first still serves and is still found."""
+    environ = dev_environ(state)
+    first, _ = start_dev(environ, free_port())
+    try:
+        note = (state / "dev.json").read_text()
+        second = subprocess.run(
+            [sys.executable, "-m", "receipts.cli", "dev", "--port", str(free_port())],
+            env=environ,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert second.returncode == 1
+        assert second.stderr == (
+            f"receipts dev: another `receipts dev` (pid {first.pid}) already serves "
+            f"{state.resolve()}: stop it first, or give this one its own --state-dir\n"
+        )
+        assert (state / "dev.json").read_text() == note and first.poll() is None
+    finally:
+        first.send_signal(signal.SIGINT)
+        assert first.wait(timeout=30) == 0
+
+
 def test_port_in_use_is_refused_before_anything_starts(tmp_path: Path) -> None:
     """Another program on the port: exit 1 naming the port; no database is started."""
     with socket.socket() as taken:

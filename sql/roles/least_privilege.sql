@@ -30,13 +30,13 @@
 -- <prefix>_web
 --   * Stripe ingest: record events, count their redeliveries; create outbox
 --     rows, but only new ones as ingest makes them (row-level security on
---     email_outbox): `pending` with a frozen email whose one recipient is the
---     row's customer_email and whose Resend tag names the row's key, or
---     `review` with a reason and no email (but what it would be rendered
---     from); the key must be account/mode/invoice/purpose of the row
---     itself. It cannot write any
---     other column (attempts, lease, provider id, sent_at, delivery status)
---     when creating a row, so it cannot create a `sent` or `processing` row.
+--     email_outbox): `pending` with what the email is rendered from and a
+--     customer_email, or `review` with a reason (and what it would be
+--     rendered from); the key must be account/mode/invoice/purpose of the row
+--     itself. It cannot write an email (payload), nor any other column
+--     (attempts, lease, provider id, sent_at, delivery status) when creating
+--     a row, so it cannot queue an email of its own making or create a `sent`
+--     or `processing` row.
 --   * thin event notifications: store them, count redeliveries, note failed
 --     fetches, mark them resolved;
 --   * Resend delivery webhooks: store delivery events, and set the delivery
@@ -52,6 +52,9 @@
 --     `sent` without a provider id;
 --   * the attempt log: add attempts and finish an unfinished one (a finished
 --     attempt never changes: sql/006_lookups_and_history.sql).
+--   * the email rendered at a row's first claim, once, to the row's
+--     customer_email, with only the fields the product writes (from, to,
+--     subject, text, html, its own key's tag, reply_to).
 --   It cannot create or delete outbox rows, change a row's recipient, email,
 --   fingerprint or invoice, touch sent or review rows, or read events.
 -- <prefix>_operator
@@ -125,8 +128,10 @@ GRANT USAGE ON SCHEMA public TO :"web", :"worker", :"operator";
 -- web: Stripe ingest
 GRANT SELECT, INSERT ON stripe_events TO :"web";
 GRANT UPDATE (deliveries, last_received_at) ON stripe_events TO :"web";
+-- (not payload: ingest stores what the email is rendered from, and only the worker
+-- renders it, so a web credential cannot queue an email of its own making)
 GRANT INSERT (message_key, purpose, account, livemode, invoice_id, source_event_id, fingerprint,
-              payload, render_input, status, review_reason, invoice_number, customer_email,
+              render_input, status, review_reason, invoice_number, customer_email,
               amount, currency)
     ON email_outbox TO :"web";
 GRANT SELECT (message_key, invoice_id, fingerprint, status, review_reason, available_at,
@@ -215,17 +220,9 @@ CREATE POLICY receipts_web_creates ON email_outbox FOR INSERT TO :"web" WITH CHE
     message_key = account || '/' || CASE WHEN livemode THEN 'live' ELSE 'test' END
                   || '/' || invoice_id || '/' || purpose
     AND (
-        (status = 'pending' AND review_reason IS NULL AND payload IS NOT NULL
-         AND render_input IS NULL
-         AND jsonb_typeof(payload -> 'to') = 'array'
-         AND jsonb_array_length(payload -> 'to') = 1
-         AND payload -> 'to' ->> 0 = customer_email
-         AND payload -> 'tags' @> jsonb_build_array(jsonb_build_object(
-                 'name', 'message_key',
-                 'value', left(regexp_replace(message_key, '[^A-Za-z0-9_-]', '_', 'g'), 256))))
         -- the email is rendered at the first claim, to this customer_email
-        OR (status = 'pending' AND review_reason IS NULL AND payload IS NULL
-            AND render_input IS NOT NULL AND customer_email IS NOT NULL)
+        (status = 'pending' AND review_reason IS NULL AND payload IS NULL
+         AND render_input IS NOT NULL AND customer_email IS NOT NULL)
         -- a paid invoice that cannot become an email: what it would be rendered
         -- from is kept for a resend to a corrected address (receipts review resend --to)
         OR (status = 'review' AND payload IS NULL
@@ -246,7 +243,19 @@ CREATE POLICY receipts_worker_sends ON email_outbox FOR UPDATE TO :"worker"
                      AND review_reason <> 'dismissed'))
                 -- an email rendered at the first claim goes to the row's customer_email
                 AND (payload IS NULL OR customer_email IS NULL
-                     OR payload -> 'to' = jsonb_build_array(customer_email)));
+                     OR payload -> 'to' = jsonb_build_array(customer_email))
+                -- and carries only what the product writes (docs/architecture.md,
+                -- "The frozen payload and the fingerprint"): no cc, bcc, headers,
+                -- or a tag other than its own key's
+                AND (payload IS NULL
+                     OR (jsonb_typeof(payload) = 'object'
+                         AND NOT EXISTS (
+                             SELECT 1 FROM jsonb_object_keys(payload) AS field
+                              WHERE field NOT IN ('from', 'to', 'subject', 'text', 'html',
+                                                  'tags', 'reply_to'))
+                         AND payload -> 'tags' = jsonb_build_array(jsonb_build_object(
+                             'name', 'message_key', 'value',
+                             left(regexp_replace(message_key, '[^A-Za-z0-9_-]', '_', 'g'), 256))))));
 
 CREATE POLICY receipts_operator_decides ON email_outbox FOR ALL TO :"operator"
     USING (true) WITH CHECK (status <> 'processing');

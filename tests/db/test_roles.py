@@ -36,6 +36,7 @@ from receipts.config import load_settings
 from receipts.delivery.claims import claim_ready, record_attempt
 from receipts.delivery.decisions import AttemptResult
 from receipts.ingest.delivery_events import DeliveryEvent, record_delivery_event
+from receipts.message_keys import provider_tag
 from receipts.operations import privileges
 from receipts.vocabulary import AttemptOutcome, RowStatus
 from receipts.web import create_app
@@ -474,12 +475,7 @@ def _web_insert(url: str, **overrides: Any) -> bool:
         "invoice_id": "in_1Forged",
         "source_event_id": "evt_1Forged",
         "fingerprint": "sha256:forged",
-        "payload": Jsonb(
-            {
-                "to": ["jenny.rosen@example.com"],
-                "tags": [{"name": "message_key", "value": key.replace("/", "_")}],
-            }
-        ),
+        "render_input": Jsonb({"invoice": {"id": "in_1Forged"}}),
         "status": "pending",
         "review_reason": None,
         "customer_email": "jenny.rosen@example.com",
@@ -495,10 +491,10 @@ def _web_insert(url: str, **overrides: Any) -> bool:
 
 
 def test_web_role_creates_only_rows_as_ingest_makes_them(roles: dict[str, str], db: Db) -> None:
-    """The web role may create a pending row whose one recipient is its customer_email
-    and whose tag names its key, or a review row without an email; a `sent` or
-    `processing` row, a row with send facts, a forged recipient, a key that is not
-    its own invoice's, or a dismissed review row are refused."""
+    """The web role may create a pending row with what its email is rendered from, or a
+    review row without an email; a `sent` or `processing` row, a row with send facts,
+    a row with an email (clean, or with 49 bcc and headers), a key that is not its own
+    invoice's, or a dismissed review row are refused."""
     web = roles["web"]
     other = "platform/test/in_1Other/invoice-paid"
     assert _web_insert(web, status="sent")
@@ -506,14 +502,28 @@ def test_web_role_creates_only_rows_as_ingest_makes_them(roles: dict[str, str], 
     assert _web_insert(web, provider_id="re_forged", sent_at=datetime.now(UTC))
     assert _web_insert(web, attempts=10)
     assert _web_insert(web, available_at=datetime(2099, 1, 1, tzinfo=UTC))
-    assert _web_insert(web, customer_email="attacker@example.net")
+    assert _web_insert(web, customer_email=None)
+    # No email of its own making, however well formed: only the worker renders one.
+    tag = [{"name": "message_key", "value": "platform_test_in_1Forged_invoice-paid"}]
+    assert _web_insert(web, payload=Jsonb({"to": ["jenny.rosen@example.com"], "tags": tag}))
     assert _web_insert(
         web,
-        payload=Jsonb({"to": ["a@example.net", "jenny.rosen@example.com"], "tags": []}),
+        render_input=None,
+        payload=Jsonb(
+            {
+                "from": "Security <security@merchant.example>",
+                "to": ["jenny.rosen@example.com"],
+                "bcc": [f"victim{n}@example.net" for n in range(49)],
+                "cc": ["x@example.net"],
+                "reply_to": "attacker@example.net",
+                "headers": {"X-Phish": "1"},
+                "tags": tag,
+            }
+        ),
     )
     assert _web_insert(web, key=other)  # the key of another invoice than the row's
-    assert _web_insert(web, status="review", review_reason="dismissed", payload=None)
-    assert _web_insert(web, status="review", review_reason=None, payload=None)
+    assert _web_insert(web, status="review", review_reason="dismissed")
+    assert _web_insert(web, status="review", review_reason=None)
     assert db.execute("SELECT count(*) AS n FROM email_outbox").fetchone() == {"n": 0}
     # What ingest makes is accepted.
     assert not _web_insert(web)
@@ -523,7 +533,6 @@ def test_web_role_creates_only_rows_as_ingest_makes_them(roles: dict[str, str], 
         invoice_id="in_1Review",
         status="review",
         review_reason="invalid_customer_email",
-        payload=None,
         customer_email="jenny@@example",
     )
 
@@ -585,23 +594,35 @@ def test_the_worker_fills_a_missing_email_only_for_the_rows_customer(
     roles: dict[str, str], db: Db
 ) -> None:
     """A row the webhook stored without its email gets one at its first claim; the
-    worker role cannot make that email go to anyone but the row's customer_email."""
+    worker role cannot make that email go to anyone but the row's customer_email, nor
+    give it cc, bcc, headers or a tag other than its key's."""
     key = insert_row(db, "in_1Unrendered")
     db.execute(
         "UPDATE email_outbox SET payload = NULL, render_input = '{}', "
         "customer_email = 'jenny.rosen@example.com' WHERE message_key = %s",
         (key,),
     )
-    assert refused(
-        roles["worker"],
-        "UPDATE email_outbox SET payload = %s WHERE message_key = %s",
-        (Jsonb({"to": ["attacker@example.net"]}), key),
-    )
+    tag = [{"name": "message_key", "value": provider_tag(key)}]
+    email = {"from": "Shop <billing@shop.example>", "to": ["jenny.rosen@example.com"],
+             "subject": "Receipt", "text": "…", "html": "<p>…</p>", "tags": tag}  # fmt: skip
+    for forged in (
+        {**email, "to": ["attacker@example.net"]},
+        {**email, "bcc": [f"victim{n}@example.net" for n in range(49)]},
+        {**email, "cc": ["x@example.net"]},
+        {**email, "headers": {"X-Phish": "1"}},
+        {**email, "tags": [*tag, {"name": "campaign", "value": "phish"}]},
+        {**email, "tags": [{"name": "message_key", "value": "platform_test_in_1Other_x"}]},
+    ):
+        assert refused(
+            roles["worker"],
+            "UPDATE email_outbox SET payload = %s WHERE message_key = %s",
+            (Jsonb(forged), key),
+        ), forged
     assert (
         changed_rows(
             roles["worker"],
             "UPDATE email_outbox SET payload = %s, render_input = NULL WHERE message_key = %s",
-            (Jsonb({"to": ["jenny.rosen@example.com"]}), key),
+            (Jsonb({**email, "reply_to": "help@shop.example"}), key),
         )
         == 1
     )

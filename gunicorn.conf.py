@@ -41,6 +41,10 @@ threads = int(os.environ.get("GUNICORN_THREADS", "64"))
 # A bad setting then stops the arbiter itself, before any worker is forked.
 # Code changes need a restart, not a HUP.
 preload_app = True
+# Recent gunicorn (27 here) listens on a control socket that can reload,
+# reconfigure or stop the server; the web process needs none (older versions
+# ignore the name).
+control_socket_disable = True
 
 
 def on_starting(server: Any) -> None:

@@ -12,6 +12,7 @@ import json
 import socket
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import psutil
@@ -198,3 +199,17 @@ def test_bodies_trickled_a_byte_at_a_time_are_cut_at_the_body_timeout(
     assert all(line in (b"", b"HTTP/1.1 408 REQUEST TIMEOUT") for line in answers), set(answers)
     assert answers.count(b"HTTP/1.1 408 REQUEST TIMEOUT") >= SLOW_CLIENTS // 2
     assert waited > 1.5  # not cut before the body timeout
+
+
+def test_the_web_process_opens_no_control_socket(
+    database_url: str, start_gunicorn: type[Gunicorn]
+) -> None:
+    """Recent gunicorn listens on a control socket (gunicorn.ctl) that
+    can reload, reconfigure or stop the server; the web process needs none, so a
+    process of the same user cannot steer it through one."""
+    server = start_gunicorn(web_environ(database_url)).start()
+    assert server.process is not None
+    master = psutil.Process(server.process.pid)
+    unix = [c for c in master.net_connections(kind="unix") if c.laddr]
+    assert unix == [], unix
+    assert not (Path.home() / ".gunicorn").exists()

@@ -154,6 +154,41 @@ def test_app_json_uses_only_documented_fields_and_real_settings() -> None:
         assert isinstance(addon, str) or set(addon) <= {"plan", "as", "options"}
 
 
+# Heroku Postgres connection limits by plan (README, Capacity).
+HEROKU_POSTGRES_CONNECTIONS = {"essential-0": 20, "essential-1": 20, "essential-2": 40,
+                               "standard-0": 120}  # fmt: skip
+
+
+def test_app_json_fits_its_database_plans_connections() -> None:
+    """The README's worst case: each gunicorn worker holds its pool and one more, a
+    worker process 4, the release phase and an operator 2; within the plan's limit."""
+    manifest: dict[str, Any] = json.loads((ROOT / "app.json").read_text())
+    [plan] = [a["plan"] for a in manifest["addons"] if a["plan"].startswith("heroku-postgresql")]
+    limit = HEROKU_POSTGRES_CONNECTIONS[plan.split(":")[1]]
+    pool = int(manifest["env"].get("RECEIPTS_POOL_MAX_SIZE", {}).get("value", 8))
+    web, worker = (manifest["formation"][name]["quantity"] for name in ("web", "worker"))
+    gunicorn_workers = 2  # gunicorn.conf.py, without WEB_CONCURRENCY
+    worst = web * gunicorn_workers * (pool + 1) + worker * 4 + 2
+    assert worst <= limit, f"{worst} connections at worst on {plan} ({limit})"
+
+
+def test_every_render_service_has_what_doctor_checks() -> None:
+    """Render's cron jobs have no shell, so `receipts doctor` runs as the web service
+    (its shell) or as a one-off of either: each service gets every setting a deploy
+    needs, the shared ones from one environment group."""
+    blueprint: dict[str, Any] = yaml.safe_load((ROOT / "render.yaml").read_text())
+    groups = {group["name"]: group["envVars"] for group in blueprint.get("envVarGroups", [])}
+    needed = {"DATABASE_URL", "STRIPE_WEBHOOK_SECRET", "EMAIL_FROM", "RESEND_API_KEY"}
+    for service in blueprint["services"]:
+        names = set()
+        for variable in service["envVars"]:
+            if "fromGroup" in variable:
+                names |= {entry["key"] for entry in groups[variable["fromGroup"]]}
+            else:
+                names.add(variable["key"])
+        assert needed <= names, f"{service['name']} lacks {sorted(needed - names)}"
+
+
 def test_render_blueprint_uses_only_documented_fields_and_real_commands() -> None:
     """render.yaml: Render's documented fields, a one-minute cron, commands that exist."""
     blueprint: dict[str, Any] = yaml.safe_load((ROOT / "render.yaml").read_text())
@@ -162,6 +197,7 @@ def test_render_blueprint_uses_only_documented_fields_and_real_commands() -> Non
     for database in blueprint["databases"]:
         assert set(database) <= BLUEPRINT_DATABASE_FIELDS
     known = _settings_the_product_reads()
+    groups = {group["name"]: group["envVars"] for group in blueprint.get("envVarGroups", [])}
     for service in blueprint["services"]:
         assert service["type"] in BLUEPRINT_SERVICE_TYPES
         assert set(service) <= BLUEPRINT_SERVICE_FIELDS
@@ -169,10 +205,19 @@ def test_render_blueprint_uses_only_documented_fields_and_real_commands() -> Non
             if key in service:
                 _assert_runs_the_product(service[key].replace("$PORT", "8000"))
         for variable in service["envVars"]:
+            if "fromGroup" in variable:
+                assert set(variable) == {"fromGroup"} and variable["fromGroup"] in groups
+                continue
             assert variable["key"] in known
             sources = set(variable) - {"key"}
             assert len(sources) == 1 and sources <= BLUEPRINT_ENV_SOURCES, variable
             if "fromDatabase" in variable:
                 assert variable["fromDatabase"]["name"] in databases
+    for entries in groups.values():
+        for variable in entries:
+            assert variable["key"] in known
+            sources = set(variable) - {"key"}
+            # a group holds values, generated ones and ones asked for; no database link
+            assert len(sources) == 1 and sources <= {"value", "generateValue", "sync"}, variable
     crons = [service for service in blueprint["services"] if service["type"] == "cron"]
     assert [cron["schedule"] for cron in crons] == ["* * * * *"]

@@ -25,7 +25,6 @@ from receipts.stripe_api.client import Scope
 
 INVOICE_PAID = "v1.invoice.paid"
 THIN_OBJECT = "v2.core.event"
-_ID = re.compile(r"[A-Za-z0-9_]{1,200}")
 _TYPE = re.compile(r"[a-z0-9_.]{1,100}")
 # parse_event_notification binds each notification to a client for its fetch
 # helpers; without STRIPE_API_KEY nothing is fetched, so no real key is needed.

@@ -59,6 +59,9 @@ class Settings:
     merchant_name: str | None = None
     support_email: str | None = None
     support_url: str | None = None
+    # RECEIPTS_COPY_TO: the books' address; each receipt and refund receipt gets
+    # its own outbox row to it (purpose …-copy), sent independently.
+    copy_to: str | None = None
     template_dir: Path | None = None
     locale: str = "en_US"
     timezone: str = "UTC"
@@ -176,6 +179,7 @@ def load_settings(environ: Mapping[str, str], *, required: Iterable[str] = ()) -
         merchant_name=reader.display_name("RECEIPTS_MERCHANT_NAME"),
         support_email=reader.bare_address("RECEIPTS_SUPPORT_EMAIL"),
         support_url=reader.public_url("RECEIPTS_SUPPORT_URL"),
+        copy_to=reader.bare_address("RECEIPTS_COPY_TO"),
         template_dir=reader.directory("RECEIPTS_TEMPLATE_DIR"),
         locale=reader.locale("RECEIPTS_LOCALE", "en_US"),
         timezone=reader.timezone("RECEIPTS_TIMEZONE", "UTC"),

@@ -40,7 +40,8 @@ def render_payload(key: str, render_input: dict[str, Any], renderer: Renderer) -
         key,
         email_from=render_input["from"],
         reply_to=render_input.get("reply_to"),
-        to=facts.to,
+        # a copy for the books goes to its own address (receipts.receipt.books_copy)
+        to=render_input.get("copy_to") or facts.to,
     )
 
 

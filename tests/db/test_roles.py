@@ -165,10 +165,12 @@ def changed_rows(url: str, statement: str, params: tuple[Any, ...] = ()) -> int:
 def test_web_role_ingests_a_webhook_but_cannot_change_or_delete_rows(
     roles: dict[str, str], environ: dict[str, str], db: Db
 ) -> None:
-    """The real ingest path runs as <prefix>_web (event, row, redelivery count, metrics);
+    """The real ingest path runs as <prefix>_web (event, row and its copy for the books,
+    redelivery count, metrics);
     UPDATE of status or payload, DELETE, and reading the frozen email are refused."""
     web_url = roles["web"]
-    app = create_app(load_settings({**environ, "DATABASE_URL": web_url}))
+    copying = {"RECEIPTS_COPY_TO": "books@shop.example"}
+    app = create_app(load_settings({**environ, "DATABASE_URL": web_url, **copying}))
     try:
         client = app.test_client()
         event = stripe_events.event(stripe_events.invoice(id="in_1LeastPriv"))
@@ -193,6 +195,8 @@ def test_web_role_ingests_a_webhook_but_cannot_change_or_delete_rows(
         app.extensions["receipts"].database.close()
     key = "platform/test/in_1LeastPriv/invoice-paid"
     assert row(db, key)["status"] == "pending"
+    # its copy for the books, inserted by the same statement, passes the same policy
+    assert row(db, key + "-copy")["customer_email"] == "books@shop.example"
     # A receipt without an address keeps the invoice it would be rendered from.
     waiting = row(db, "platform/test/in_1NoAddress/invoice-paid")
     assert waiting["review_reason"] == "missing_customer_email" and waiting["payload"] is None

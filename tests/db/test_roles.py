@@ -64,6 +64,11 @@ SAMPLE_PARAMETERS: dict[str, Any] = {
     "legacy_fingerprint": "sha256:sample",
     "payload": Jsonb({"to": ["jenny.rosen@example.com"]}),
     "render_input": None,
+    "copy_key": "platform/test/in_1Sample/invoice-paid-copy",
+    "copy_purpose": "invoice-paid-copy",
+    "copy_fingerprint": "v2:sha256:copy",
+    "copy_render_input": None,
+    "copy_to": "books@example.com",
     "rendered": Jsonb(
         [
             {

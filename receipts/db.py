@@ -7,13 +7,18 @@ so the pool opens without waiting and every borrow has a short timeout.
 Behind PgBouncer in transaction mode (``RECEIPTS_DATABASE_POOLING=transaction``)
 consecutive transactions of one client connection run on different server
 connections, so a statement psycopg prepared on one is unknown on the next:
-pools are then made with ``prepared_statements=False``. Nothing else here
+pools are then made with ``prepared_statements=False``. A pool that finds
+itself behind such a pooler without that setting (the server refuses a
+statement name: taken, or unknown) stops preparing at once, says what to set,
+and answers that one borrow as unavailable (a webhook gets 503 and is sent
+again); every later borrow works. Nothing else here
 keeps session state across transactions. Short-lived connections
 (:func:`connect`) never prepare statements: a command runs each only a few times.
 """
 
 from __future__ import annotations
 
+import logging
 import select
 import threading
 import time
@@ -27,6 +32,8 @@ from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from receipts import deadlines, queries
+
+log = logging.getLogger(__name__)
 
 
 class DatabaseUnavailable(Exception):
@@ -129,6 +136,12 @@ class Database:
                 pool.putconn(conn)
         except PoolTimeout as exc:
             raise DatabaseUnavailable(f"no database connection within {self._timeout:g} s") from exc
+        except (
+            psycopg.errors.DuplicatePreparedStatement,
+            psycopg.errors.InvalidSqlStatementName,
+        ) as exc:
+            self._stop_preparing()
+            raise DatabaseUnavailable(describe_error(exc), "pooler_prepared_statements") from exc
         except psycopg.errors.ReadOnlySqlTransaction as exc:
             raise DatabaseUnavailable(describe_error(exc), "read_only") from exc
         except psycopg.errors.UndefinedTable as exc:
@@ -138,6 +151,17 @@ class Database:
             raise DatabaseUnavailable(describe_error(exc) + limit, "timeout") from exc
         except psycopg.OperationalError as exc:
             raise DatabaseUnavailable(describe_error(exc)) from exc
+
+    def _stop_preparing(self) -> None:
+        """Behind a transaction pooler the setting did not name: prepare nothing from now on."""
+        if self._prepare_threshold is None:
+            return
+        self._prepare_threshold = None
+        log.warning(
+            "DATABASE_URL goes through a transaction pooler (a prepared statement's name "
+            "was taken or unknown): prepared statements are off for this process; set "
+            "RECEIPTS_DATABASE_POOLING=transaction (and DATABASE_DIRECT_URL for the loop worker)"
+        )
 
     def _time_limit(self, conn: Connection) -> AbstractContextManager[object]:
         """Cancel what runs on ``conn`` once the work timeout has passed.
@@ -166,6 +190,7 @@ class Database:
         while True:
             conn = pool.getconn(timeout=max(0.001, deadline - time.monotonic()))
             if still_open(conn):
+                conn.prepare_threshold = self._prepare_threshold
                 return conn
             conn.close()
             pool.putconn(conn)

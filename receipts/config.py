@@ -55,6 +55,9 @@ class Settings:
     provider_timeout: float = 10.0
     provider_connect_timeout: float = 5.0
     send_zero_value: bool = False
+    # RECEIPTS_MODES: which Stripe modes' events are emailed; the other mode's are
+    # recorded as ignored (test_mode_off / live_mode_off).
+    modes: frozenset[str] = frozenset({"live", "test"})
     # Who the receipt is from when the invoice has no account_name, and where to ask.
     merchant_name: str | None = None
     support_email: str | None = None
@@ -176,6 +179,7 @@ def load_settings(environ: Mapping[str, str], *, required: Iterable[str] = ()) -
             "RECEIPTS_PROVIDER_CONNECT_TIMEOUT", 5.0, minimum=0.1, maximum=30.0
         ),
         send_zero_value=reader.flag("RECEIPTS_SEND_ZERO_VALUE", False),
+        modes=reader.modes("RECEIPTS_MODES"),
         merchant_name=reader.display_name("RECEIPTS_MERCHANT_NAME"),
         support_email=reader.bare_address("RECEIPTS_SUPPORT_EMAIL"),
         support_url=reader.public_url("RECEIPTS_SUPPORT_URL"),

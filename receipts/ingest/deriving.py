@@ -17,7 +17,7 @@ from dataclasses import replace
 from receipts.config import Settings
 from receipts.receipt.api_facts import ApiFacts
 from receipts.receipt.books_copy import with_books_copy
-from receipts.receipt.derivation import Decision, derive_receipt, is_zero_value
+from receipts.receipt.derivation import Decision, Ignored, derive_receipt, is_zero_value
 from receipts.receipt.event import EventHeader
 from receipts.stripe_api.client import Scope, StripeApi
 from receipts.stripe_api.facts import enrich
@@ -46,6 +46,10 @@ class ReceiptDeriver:
 
     def derive(self, header: EventHeader, scope: Scope | None = None) -> Decision:
         """Decide what one invoice event means; may raise MalformedEvent like derive_receipt."""
+        mode = "live" if header.livemode else "test"
+        if mode not in self.settings.modes:
+            # Recorded, so support can see why; never looked up nor emailed.
+            return Ignored(reason=f"{mode}_mode_off")
         if self.api is None or not self._will_be_sent(header):
             return self._derive(header, None)
         deadline = None if self._budget is None else time.monotonic() + self._budget

@@ -95,7 +95,10 @@ class Database:
                         "prepare_threshold": self._prepare_threshold,
                     },
                     configure=durable_commits,
-                    reconnect_timeout=0,
+                    # Keep reconnecting (after 1 s, 2 s, 4 s…) for as long as a
+                    # borrow may wait: a request that began waiting during a blip is
+                    # served once the database is back, not answered 503 at the end.
+                    reconnect_timeout=self._timeout,
                     open=False,
                     name="receipts",
                 )

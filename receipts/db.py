@@ -18,12 +18,15 @@ keeps session state across transactions. Short-lived connections
 
 from __future__ import annotations
 
+import functools
 import logging
+import os
 import select
+import socket
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
+from contextlib import contextmanager, suppress
 from typing import Any
 
 import psycopg
@@ -34,6 +37,22 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from receipts import deadlines, queries
 
 log = logging.getLogger(__name__)
+
+# A dead path without a reset (a hung server or pooler, a middlebox that still
+# ACKs) must not hold a caller: the kernel gives up on data unacknowledged this
+# long, keepalives find an idle peer gone, and a statement past its time limit is
+# cancelled, then its socket shut if the cancel did not end it.
+TCP_OPTIONS: dict[str, Any] = {
+    "keepalives": 1,
+    "keepalives_idle": 30,
+    "keepalives_interval": 10,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 30_000,  # milliseconds
+}
+# How long a cancel request may take to be delivered, and how long after the
+# time limit a statement whose cancel did not end it gets its socket shut.
+CANCEL_SECONDS = 1.0
+SEVER_AFTER_SECONDS = 1.0
 
 
 class DatabaseUnavailable(Exception):
@@ -93,6 +112,7 @@ class Database:
                         "row_factory": dict_row,
                         "connect_timeout": max(1, int(self._timeout)),
                         "prepare_threshold": self._prepare_threshold,
+                        **TCP_OPTIONS,
                     },
                     configure=durable_commits,
                     # Keep reconnecting (after 1 s, 2 s, 4 s…) for as long as a
@@ -166,8 +186,10 @@ class Database:
             "RECEIPTS_DATABASE_POOLING=transaction (and DATABASE_DIRECT_URL for the loop worker)"
         )
 
-    def _time_limit(self, conn: Connection) -> AbstractContextManager[object]:
-        """Cancel what runs on ``conn`` once the work timeout has passed.
+    @contextmanager
+    def _time_limit(self, conn: Connection) -> Iterator[None]:
+        """Cancel what runs on ``conn`` once the work timeout has passed; shut its
+        socket :data:`SEVER_AFTER_SECONDS` later if it still runs.
 
         A lock held by a long migration or a stuck transaction would otherwise
         hold a webhook (and its thread) for as long as it lasts, past the
@@ -176,10 +198,19 @@ class Database:
         trip, unlike ``SET LOCAL lock_timeout`` in a transaction around the
         one-statement ingest; it works through PgBouncer, which forwards
         cancel requests. The cancelled statement fails with QueryCanceled.
+        A cancel travels a new connection on the same path: when that path is
+        dead the cancel never arrives, and shutting the socket is what ends the
+        wait (an OperationalError: the connection is gone, the pool replaces it).
         """
         if not self._work_timeout:
-            return nullcontext()
-        return deadlines.after(self._work_timeout, lambda: conn.cancel_safe(timeout=5.0))
+            yield
+            return
+        cancel = functools.partial(conn.cancel_safe, timeout=CANCEL_SECONDS)
+        with (
+            deadlines.after(self._work_timeout, cancel),
+            deadlines.after(self._work_timeout + SEVER_AFTER_SECONDS, lambda: sever(conn)),
+        ):
+            yield
 
     def _live_connection(self, pool: ConnectionPool[Connection]) -> Connection:
         """A pooled connection the server has not closed meanwhile.
@@ -258,6 +289,18 @@ def still_open(conn: Connection) -> bool:
     return True
 
 
+def sever(conn: Connection) -> None:
+    """Shut ``conn``'s socket under whatever waits on it: the wait ends at once with an
+    OperationalError, whatever the network does (a duplicate, so libpq's own descriptor
+    is never closed under it)."""
+    with suppress(OSError, psycopg.Error):
+        duplicate = socket.socket(fileno=os.dup(conn.pgconn.socket))
+        try:
+            duplicate.shutdown(socket.SHUT_RDWR)
+        finally:
+            duplicate.close()
+
+
 def connect(url: str, *, autocommit: bool = False) -> Connection:
     """One plain connection, for short-lived commands and LISTEN."""
     try:
@@ -267,6 +310,7 @@ def connect(url: str, *, autocommit: bool = False) -> Connection:
             autocommit=autocommit,
             connect_timeout=10,
             prepare_threshold=None,
+            **TCP_OPTIONS,
         )
         durable_commits(conn)
         return conn

@@ -60,6 +60,8 @@ class Settings:
     support_email: str | None = None
     support_url: str | None = None
     template_dir: Path | None = None
+    # RECEIPTS_ATTACH_PDF: the receipt also goes as receipt-<invoice number>.pdf
+    attach_pdf: bool = False
     locale: str = "en_US"
     timezone: str = "UTC"
     max_body_bytes: int = 1024 * 1024
@@ -177,6 +179,7 @@ def load_settings(environ: Mapping[str, str], *, required: Iterable[str] = ()) -
         support_email=reader.bare_address("RECEIPTS_SUPPORT_EMAIL"),
         support_url=reader.public_url("RECEIPTS_SUPPORT_URL"),
         template_dir=reader.directory("RECEIPTS_TEMPLATE_DIR"),
+        attach_pdf=reader.flag("RECEIPTS_ATTACH_PDF", False),
         locale=reader.locale("RECEIPTS_LOCALE", "en_US"),
         timezone=reader.timezone("RECEIPTS_TIMEZONE", "UTC"),
         max_body_bytes=int(reader.number("RECEIPTS_MAX_BODY_BYTES", 1024 * 1024, minimum=1024)),

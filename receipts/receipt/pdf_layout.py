@@ -125,8 +125,16 @@ class _Writer:
     def __init__(self, canvas: Canvas) -> None:
         self.canvas = canvas
         self.y = PAGE_HEIGHT - MARGIN
+        self.page = 1
+        self.footer = ""
 
     def document(self, document: Document) -> None:
+        self.footer = document.title
+        self._content(document)
+        if self.page > 1:
+            self.page_footer()
+
+    def _content(self, document: Document) -> None:
         self.text(document.heading, 17, strong=True)
         if document.title != document.heading:
             self.text(document.title, 11, colour=GREY)
@@ -186,8 +194,8 @@ class _Writer:
             return
         self.space(4)
         left = MARGIN + (RIGHT - MARGIN) * 0.42
-        for total in totals:
-            if total.strong:
+        for position, total in enumerate(totals):
+            if total.strong and position:  # first of all, it stands under the items' rule
                 self.rule(left)
             self.row(total, left)
 
@@ -243,5 +251,15 @@ class _Writer:
 
     def need(self, height: float) -> None:
         if self.y - height < MARGIN:
+            self.page_footer()
             self.canvas.showPage()
+            self.page += 1
             self.y = PAGE_HEIGHT - MARGIN
+
+    def page_footer(self) -> None:
+        """On a receipt of several pages, each says whose it is and which page it is."""
+        y = self.y
+        self.y = MARGIN * 0.6
+        text = f"{self.footer} \u00b7 {self.page}"
+        self.line_at(RIGHT - width(text, SMALL), text, SMALL, colour=GREY)
+        self.y = y

@@ -46,6 +46,7 @@ from receipts.config import ConfigError, Settings
 from receipts.receipt.api_facts import PaymentMethod
 from receipts.receipt.catalogs import SOURCE_LANGUAGE, catalog_language, load_catalogs, parse_locale
 from receipts.receipt.invoice_facts import ReceiptFacts
+from receipts.receipt.pdf_fonts import registered
 from receipts.receipt.presentation import Contact, ReceiptView, present
 from receipts.receipt.samples import SAMPLE_PAYMENT_METHOD, sample_receipts
 from receipts.receipt.template_env import environment, messages, template_line
@@ -108,8 +109,16 @@ class Renderer:
         support_url: str | None = None,
         attach_pdf: bool = False,
     ) -> None:
-        # RECEIPTS_ATTACH_PDF: render_payload adds the receipt as a PDF attachment
+        # RECEIPTS_ATTACH_PDF: render_payload adds the receipt as a PDF attachment; its
+        # fonts are read now, so a process that cannot read them stops at start-up
         self.attach_pdf = attach_pdf
+        if attach_pdf:
+            try:
+                registered()
+            except (OSError, ValueError) as error:
+                raise ConfigError(
+                    "RECEIPTS_ATTACH_PDF", f"the PDF's fonts cannot be read: {error}"
+                ) from None
         self.contact = Contact(
             merchant=merchant_name, support_email=support_email, support_url=support_url
         )

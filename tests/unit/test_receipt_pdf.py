@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from receipts.config import ConfigError
 from receipts.receipt.derivation import ReceiptJob, derive_receipt
 from receipts.receipt.event import parse_event
 from receipts.receipt.invoice_facts import ReceiptFacts
@@ -198,3 +199,17 @@ def test_the_payload_carries_the_pdf_only_when_asked() -> None:
     )
     assert "attachments" not in plain
     assert {key: value for key, value in payload.items() if key != "attachments"} == plain
+
+
+def test_unreadable_fonts_stop_the_start_naming_the_setting(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """RECEIPTS_ATTACH_PDF reads the fonts when the renderer is built (worker start-up)."""
+
+    def missing() -> None:
+        raise FileNotFoundError("NotoSansJP-Regular.ttf")
+
+    monkeypatch.setattr("receipts.receipt.rendering.registered", missing)
+    with pytest.raises(ConfigError, match="RECEIPTS_ATTACH_PDF"):
+        Renderer(attach_pdf=True)
+    Renderer()  # without the setting nothing is read

@@ -66,6 +66,8 @@ class Settings:
     # its own outbox row to it (purpose …-copy), sent independently.
     copy_to: str | None = None
     template_dir: Path | None = None
+    # RECEIPTS_ATTACH_PDF: the receipt also goes as receipt-<invoice number>.pdf
+    attach_pdf: bool = False
     locale: str = "en_US"
     timezone: str = "UTC"
     max_body_bytes: int = 1024 * 1024
@@ -185,6 +187,7 @@ def load_settings(environ: Mapping[str, str], *, required: Iterable[str] = ()) -
         support_url=reader.public_url("RECEIPTS_SUPPORT_URL"),
         copy_to=reader.bare_address("RECEIPTS_COPY_TO"),
         template_dir=reader.directory("RECEIPTS_TEMPLATE_DIR"),
+        attach_pdf=reader.flag("RECEIPTS_ATTACH_PDF", False),
         locale=reader.locale("RECEIPTS_LOCALE", "en_US"),
         timezone=reader.timezone("RECEIPTS_TIMEZONE", "UTC"),
         max_body_bytes=int(reader.number("RECEIPTS_MAX_BODY_BYTES", 1024 * 1024, minimum=1024)),

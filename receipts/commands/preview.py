@@ -4,7 +4,10 @@ It reads a saved ``invoice.paid`` event (as ``stripe events retrieve`` or the
 Dashboard shows it; ``-`` for stdin), or a paid invoice on its own (as
 ``stripe invoices retrieve`` prints it), renders it with the configured templates
 (``RECEIPTS_TEMPLATE_DIR``), locale and time zone, and prints the text part,
-the HTML part, or the whole message as an ``.eml`` file. No signature is
+the HTML part, the whole message as an ``.eml`` file, or the receipt's PDF
+(``--format pdf``, as ``RECEIPTS_ATTACH_PDF`` attaches it; written to
+``--output FILE`` or a redirected standard output, never to a terminal). An
+``.eml`` carries the PDF when ``RECEIPTS_ATTACH_PDF`` is true. No signature is
 checked and nothing is stored, so a template change can be checked before a
 deploy. It decides as the service does (``RECEIPTS_SEND_ZERO_VALUE``
 included): an event the service would not send a receipt for exits 1 and
@@ -16,6 +19,7 @@ notification carries no invoice; preview says what to save instead.
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import sys
 from collections.abc import Mapping
@@ -31,7 +35,7 @@ from receipts.receipt.invoice_values import UnusableInvoice
 from receipts.receipt.payload import render_payload
 from receipts.receipt.rendering import Renderer
 
-FORMATS = ("text", "html", "eml")
+FORMATS = ("text", "html", "eml", "pdf")
 PREVIEW_FROM = "Receipts preview <receipts-preview@example.com>"
 MAX_EVENT_BYTES = 16 * 1024 * 1024
 THIN_EVENT = "v2.core.event"
@@ -74,6 +78,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--format", choices=FORMATS, default="text", help="what to print (default: text)"
     )
     parser.add_argument(
+        "--output",
+        metavar="FILE",
+        type=Path,
+        help="write to FILE instead of standard output (what --format pdf needs on a terminal)",
+    )
+    parser.add_argument(
         "--locale",
         help="render in this locale (de_DE, ja, pt-BR…) instead of RECEIPTS_LOCALE",
     )
@@ -93,7 +103,12 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         merchant_name=settings.merchant_name,
         support_email=settings.support_email,
         support_url=settings.support_url,
+        attach_pdf=settings.attach_pdf or args.format == "pdf",
     )
+    if args.format == "pdf" and args.output is None and sys.stdout.isatty():
+        return _refuse(
+            "--format pdf writes a binary file: give --output FILE, or redirect standard output"
+        )
     try:
         decision = derive_receipt(
             parse_event(_as_event(_read_event(args.event))),
@@ -111,7 +126,13 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         payload = render_payload(decision.message_key, decision.render_input, renderer)
     except UnusableInvoice as unusable:  # what the worker's first claim would send to review
         return _refuse(f"needs review: {unusable}")
-    sys.stdout.write(_output(args.format, decision.message_key, payload))
+    output = _output(args.format, decision.message_key, payload)
+    if args.output is not None:
+        args.output.write_bytes(output)
+        print(f"receipts preview: wrote {args.output} ({len(output)} bytes)", file=sys.stderr)
+    else:
+        sys.stdout.buffer.write(output)
+        sys.stdout.flush()
     return 0
 
 
@@ -134,10 +155,13 @@ def _read_event(name: str) -> Any:
         raise ValueError(f"{name}: not JSON") from None
 
 
-def _output(form: str, message_key: str, payload: dict[str, Any]) -> str:
+def _output(form: str, message_key: str, payload: dict[str, Any]) -> bytes:
     if form == "text":
-        return str(payload["text"])
+        return str(payload["text"]).encode()
     if form == "html":
-        return str(payload["html"])
+        return str(payload["html"]).encode()
+    if form == "pdf":
+        [attached] = payload["attachments"]
+        return base64.b64decode(attached["content"])
     body = json.dumps(payload, sort_keys=True).encode()
-    return build_email(message_key, body).as_string()
+    return build_email(message_key, body).as_string().encode()

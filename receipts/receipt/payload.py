@@ -15,6 +15,7 @@ from typing import Any
 from receipts.message_keys import provider_tag
 from receipts.receipt.api_facts import api_facts_from_document
 from receipts.receipt.invoice_facts import ReceiptFacts, read_invoice
+from receipts.receipt.pdf import attachment, receipt_pdf
 from receipts.receipt.rendering import EmailContent, Renderer
 
 
@@ -28,14 +29,14 @@ def render_payload(key: str, render_input: dict[str, Any], renderer: Renderer) -
     """
     facts = read_render_input(render_input)
     api_facts = api_facts_from_document(render_input.get("api_facts"))
-    content = renderer.render(
-        facts,
-        locale=renderer.choose_locale(api_facts.preferred_locales),
-        payment_method=api_facts.payment_method,
-        receipt_number=api_facts.receipt_number,
-        sender=render_input["from"],
-    )
-    return email_payload(
+    how = {
+        "locale": renderer.choose_locale(api_facts.preferred_locales),
+        "payment_method": api_facts.payment_method,
+        "receipt_number": api_facts.receipt_number,
+        "sender": render_input["from"],
+    }
+    content = renderer.render(facts, **how)
+    payload = email_payload(
         content,
         key,
         email_from=render_input["from"],
@@ -43,6 +44,10 @@ def render_payload(key: str, render_input: dict[str, Any], renderer: Renderer) -
         # a copy for the books goes to its own address (receipts.receipt.books_copy)
         to=render_input.get("copy_to") or facts.to,
     )
+    if renderer.attach_pdf:  # RECEIPTS_ATTACH_PDF
+        pdf = receipt_pdf(renderer, facts, **how)
+        payload["attachments"] = [attachment(pdf, facts.number, facts.invoice_id)]
+    return payload
 
 
 def read_render_input(render_input: dict[str, Any]) -> ReceiptFacts:

@@ -604,7 +604,8 @@ def test_the_worker_fills_a_missing_email_only_for_the_rows_customer(
 ) -> None:
     """A row the webhook stored without its email gets one at its first claim; the
     worker role cannot make that email go to anyone but the row's customer_email, nor
-    give it cc, bcc, headers or a tag other than its key's."""
+    give it cc, bcc, headers, a tag other than its key's, or attachments other than the
+    receipt's one PDF (RECEIPTS_ATTACH_PDF)."""
     key = insert_row(db, "in_1Unrendered")
     db.execute(
         "UPDATE email_outbox SET payload = NULL, render_input = '{}', "
@@ -621,6 +622,7 @@ def test_the_worker_fills_a_missing_email_only_for_the_rows_customer(
         {**email, "headers": {"X-Phish": "1"}},
         {**email, "tags": [*tag, {"name": "campaign", "value": "phish"}]},
         {**email, "tags": [{"name": "message_key", "value": "platform_test_in_1Other_x"}]},
+        *({**email, "attachments": forged} for forged in forged_attachments()),
     ):
         assert refused(
             roles["worker"],
@@ -631,10 +633,33 @@ def test_the_worker_fills_a_missing_email_only_for_the_rows_customer(
         changed_rows(
             roles["worker"],
             "UPDATE email_outbox SET payload = %s, render_input = NULL WHERE message_key = %s",
-            (Jsonb({**email, "reply_to": "help@shop.example"}), key),
+            (Jsonb({**email, "reply_to": "help@shop.example", "attachments": [PDF]}), key),
         )
         == 1
     )
+
+
+PDF = {
+    "filename": "receipt-SAMPLE-0001.pdf",
+    "content": "JVBERi0xLjQK",
+    "content_type": "application/pdf",
+}
+
+
+def forged_attachments() -> list[object]:
+    """Attachments the worker role cannot put in an email: not one PDF of bounded size."""
+    return [
+        [PDF, PDF],
+        [],
+        PDF,
+        [{**PDF, "filename": "invoice.exe"}],
+        [{**PDF, "filename": "receipt-../../x.pdf"}],
+        [{**PDF, "content_type": "text/html"}],
+        [{**PDF, "path": "https://attacker.example/malware.pdf"}],
+        [{key: value for key, value in PDF.items() if key != "content"}],
+        [{**PDF, "content": "<script>"}],
+        [{**PDF, "content": "A" * (2 * 1024 * 1024 + 4)}],
+    ]
 
 
 def test_worker_role_writes_only_its_columns_of_rows_on_their_way(

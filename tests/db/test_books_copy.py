@@ -88,6 +88,17 @@ def test_one_invoice_gives_two_rows_each_sent_once_with_the_same_content(
     ]
 
 
+def test_with_pdfs_the_copy_carries_the_customers_pdf_byte_for_byte(
+    copying_client: FlaskClient, fake: FakeProviderClient, copying_worker: Settings
+) -> None:
+    deliver(copying_client, stripe_events.event(stripe_events.invoice(id="in_1Books")))
+    assert work(replace(copying_worker, attach_pdf=True)).sent == 2
+    by_key = {sent["key"]: json.loads(sent["body"]) for sent in fake.deliveries()}
+    [customer_pdf] = by_key[KEY]["attachments"]
+    assert by_key[COPY_KEY]["attachments"] == [customer_pdf]
+    assert customer_pdf["filename"].startswith("receipt-")
+
+
 def test_the_copy_refused_by_the_provider_leaves_the_customers_receipt_sent(
     copying_client: FlaskClient, db: DB, fake: FakeProviderClient, copying_worker: Settings
 ) -> None:

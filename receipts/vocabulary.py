@@ -73,6 +73,8 @@ class ReviewReason(StrEnum):
     INVALID_INVOICE_AMOUNTS = "invalid_invoice_amounts"
     # written by the worker, before or after a send
     RENDER_FAILED = "render_failed"  # the templates raised on this receipt at its first claim
+    # a frozen email with what the product does not write (receipts.delivery.payload_check)
+    PAYLOAD_NOT_OURS = "payload_not_ours"
     # a copy for the books whose address is not the worker's RECEIPTS_COPY_TO
     COPY_ADDRESS_NOT_CONFIGURED = "copy_address_not_configured"
     # its rows would not add up to Stripe's total or amount paid (the numbers in last_error)

@@ -155,7 +155,10 @@ def insert_pending(db: Db, count: int, prefix: str = "in_1Work") -> list[str]:
                   jsonb_build_object('from', 'billing@example.com',
                                      'to', jsonb_build_array('jenny.rosen@example.com'),
                                      'subject', 'Receipt for ' || inv,
-                                     'text', 'Thanks', 'html', '<p>Thanks</p>')
+                                     'text', 'Thanks', 'html', '<p>Thanks</p>',
+                                     'tags', jsonb_build_array(jsonb_build_object(
+                                         'name', 'message_key',
+                                         'value', 'platform_test_' || inv || '_invoice-paid')))
              FROM (SELECT %s || lpad(n::text, 6, '0') AS inv
                      FROM generate_series(1, %s) AS n) AS invoices
            RETURNING message_key""",

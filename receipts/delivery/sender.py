@@ -25,18 +25,33 @@ from receipts.config import Settings
 from receipts.delivery import claims, lookups
 from receipts.delivery.decisions import RELEASED, AttemptResult, Decision, decide
 from receipts.delivery.pacing import RateLimiter
+from receipts.delivery.payload_check import payload_problem
 from receipts.delivery.providers.base import Provider
 from receipts.delivery.recorder import Recorder
 from receipts.delivery.sending_pause import PauseGate, describe_reason
 from receipts.delivery.summary import ExitCode, WorkerSummary
 from receipts.formatting import utc
 from receipts.logs import log_fields
+from receipts.vocabulary import AttemptOutcome, ReviewReason, RowStatus
 
 log = logging.getLogger(__name__)
 
 # A provider's clock and ours may differ: a lookup reaches back this much
 # before the first attempt (Resend's sent list is searched back to there).
 LOOKUP_MARGIN = timedelta(minutes=1)
+
+
+def _not_ours(row: claims.ClaimedRow, problem: str) -> AttemptResult:
+    """A frozen email the product did not write: to review, nothing sent."""
+    log_fields(log, "frozen email refused: not what the product writes", logging.ERROR,
+               key=row.message_key, problem=problem)  # fmt: skip
+    return AttemptResult(
+        status=RowStatus.REVIEW,
+        outcome=AttemptOutcome.REVIEW,
+        refund_attempt=True,
+        review_reason=ReviewReason.PAYLOAD_NOT_OURS,
+        last_error=problem,
+    )
 
 
 @dataclass(kw_only=True)
@@ -64,6 +79,10 @@ class Sender:
             send_by = claimed_at + self.send_window
             if self.halt.is_set():
                 self.recorder.put(row, RELEASED)
+                return
+            problem = payload_problem(row.message_key, row.payload, self.settings)
+            if problem is not None:
+                self.recorder.put(row, _not_ours(row, problem))
                 return
             chosen = lookups.plan(row, self.provider.guarantee)
             if chosen.step in (lookups.Step.WAIT, lookups.Step.REVIEW):

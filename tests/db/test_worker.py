@@ -481,6 +481,35 @@ def test_an_answer_the_database_could_not_take_is_written_once_it_is_back(
     assert fake.stats()["requests"] == 1
 
 
+def test_a_frozen_email_the_product_did_not_write_is_sent_nowhere(
+    db: DB, fake: FakeProviderClient, worker_settings: Settings
+) -> None:
+    """A pending row whose email adds 49 bcc, a cc and another sender on the verified
+    domain (what a stolen web credential wrote before the roles were rerun): the worker
+    sends nothing for it, the row goes to review saying what was wrong, and the
+    receipt beside it is sent."""
+    planted, fine = insert_pending(db, 2)
+    # Planted past the trigger that keeps a stored email from changing, as if written so.
+    db.execute("ALTER TABLE email_outbox DISABLE TRIGGER email_outbox_payload_frozen")
+    db.execute(
+        """UPDATE email_outbox
+              SET payload = payload || jsonb_build_object(
+                      'bcc', (SELECT jsonb_agg('x' || n || '@evil.example')
+                                FROM generate_series(1, 49) AS n),
+                      'cc', jsonb_build_array('y@evil.example'),
+                      'from', 'ceo@example.com')
+            WHERE message_key = %s""",
+        (planted,),
+    )
+    db.execute("ALTER TABLE email_outbox ENABLE TRIGGER email_outbox_payload_frozen")
+    summary = work(worker_settings)
+    assert (summary.sent, summary.review) == (1, 1)
+    row = outbox_row(db, planted)
+    assert (row["status"], row["review_reason"]) == ("review", "payload_not_ours")
+    assert row["last_error"] == "fields the product does not write: bcc, cc"
+    assert [sent["key"] for sent in fake.deliveries()] == [fine]
+
+
 # --- loop mode and stopping -------------------------------------------------------
 
 

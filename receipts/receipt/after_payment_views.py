@@ -29,7 +29,7 @@ from receipts.receipt.after_payment import (
     invoice_discount,
 )
 from receipts.receipt.api_facts import PaymentMethod
-from receipts.receipt.dates import format_day
+from receipts.receipt.dates import format_day, format_moment
 from receipts.receipt.money import format_amount, receipt_digits
 from receipts.receipt.payment_methods import N_, describe_payment_method
 from receipts.receipt.presentation import AmountView, Contact, tax_view, written_quantity
@@ -51,7 +51,7 @@ class InvoiceView:
 
     number: str
     invoice_id: str
-    paid_at: str | None  # "November 30, 2025"
+    paid_at: str | None  # "November 30, 2025, 12:00 AM UTC", as the receipt shows it
     amount_paid: str | None  # "$98.00", in the invoice's currency
     hosted_invoice_url: str | None
 
@@ -248,7 +248,9 @@ def _invoice(
     return InvoiceView(
         number=invoice.number,
         invoice_id=invoice.invoice_id,
-        paid_at=_day(invoice.paid_at, timezone, locale),
+        paid_at=None
+        if invoice.paid_at is None
+        else format_moment(invoice.paid_at, timezone, locale),
         amount_paid=None if paid is None or money is None else money(paid),
         hosted_invoice_url=invoice.hosted_invoice_url,
     )

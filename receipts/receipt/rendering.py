@@ -318,13 +318,25 @@ class Renderer:
         return format_date(datetime.fromtimestamp(paid_at, tz=self.timezone), "long", locale=locale)
 
     def _compile(self, folder: str = TEMPLATE_FOLDER) -> dict[str, Template]:
-        if self._template_dir is None:
+        if self._template_dir is None or not self._overrides(folder):
             # The packaged templates change only with a deploy, which restarts
             # the process: every renderer of the process shares one compilation.
             compiled, self._autoescape = _packaged_templates(folder)
             return compiled
         compiled, self._autoescape = _compiled(self._template_dir, self._error, folder)
         return compiled
+
+    def _overrides(self, folder: str) -> bool:
+        """Whether RECEIPTS_TEMPLATE_DIR overrides a template of ``folder``.
+
+        The receipt's folder is always compiled in the sandbox, as before; a
+        refund or credit note folder the team does not override uses the
+        packaged compilation, which saves its start about 0.3 s.
+        """
+        assert self._template_dir is not None
+        if folder == TEMPLATE_FOLDER:
+            return True
+        return any((self._template_dir / folder / name).is_file() for name in TEMPLATE_NAMES)
 
     def _try_every_template(self) -> None:
         """Render two samples (everything present, everything optional absent) in the locale."""

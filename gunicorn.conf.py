@@ -46,6 +46,12 @@ preload_app = True
 # ignore the name).
 control_socket_disable = True
 
+# Every answer carries a Server header; gunicorn's names itself and its
+# version, which tells a scanner what to try. Say only what answers.
+import gunicorn.http.wsgi as _gunicorn_wsgi  # noqa: E402
+
+_gunicorn_wsgi.SERVER = "receipts"
+
 
 def on_starting(server: Any) -> None:
     """Counters of an earlier run must not be merged into this one; and with

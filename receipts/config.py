@@ -55,11 +55,19 @@ class Settings:
     provider_timeout: float = 10.0
     provider_connect_timeout: float = 5.0
     send_zero_value: bool = False
+    # RECEIPTS_MODES: which Stripe modes' events are emailed; the other mode's are
+    # recorded as ignored (test_mode_off / live_mode_off).
+    modes: frozenset[str] = frozenset({"live", "test"})
     # Who the receipt is from when the invoice has no account_name, and where to ask.
     merchant_name: str | None = None
     support_email: str | None = None
     support_url: str | None = None
+    # RECEIPTS_COPY_TO: the books' address; each receipt and refund receipt gets
+    # its own outbox row to it (purpose …-copy), sent independently.
+    copy_to: str | None = None
     template_dir: Path | None = None
+    # RECEIPTS_ATTACH_PDF: the receipt also goes as receipt-<invoice number>.pdf
+    attach_pdf: bool = False
     locale: str = "en_US"
     timezone: str = "UTC"
     max_body_bytes: int = 1024 * 1024
@@ -173,10 +181,13 @@ def load_settings(environ: Mapping[str, str], *, required: Iterable[str] = ()) -
             "RECEIPTS_PROVIDER_CONNECT_TIMEOUT", 5.0, minimum=0.1, maximum=30.0
         ),
         send_zero_value=reader.flag("RECEIPTS_SEND_ZERO_VALUE", False),
+        modes=reader.modes("RECEIPTS_MODES"),
         merchant_name=reader.display_name("RECEIPTS_MERCHANT_NAME"),
         support_email=reader.bare_address("RECEIPTS_SUPPORT_EMAIL"),
         support_url=reader.public_url("RECEIPTS_SUPPORT_URL"),
+        copy_to=reader.bare_address("RECEIPTS_COPY_TO"),
         template_dir=reader.directory("RECEIPTS_TEMPLATE_DIR"),
+        attach_pdf=reader.flag("RECEIPTS_ATTACH_PDF", False),
         locale=reader.locale("RECEIPTS_LOCALE", "en_US"),
         timezone=reader.timezone("RECEIPTS_TIMEZONE", "UTC"),
         max_body_bytes=int(reader.number("RECEIPTS_MAX_BODY_BYTES", 1024 * 1024, minimum=1024)),

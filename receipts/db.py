@@ -7,18 +7,26 @@ so the pool opens without waiting and every borrow has a short timeout.
 Behind PgBouncer in transaction mode (``RECEIPTS_DATABASE_POOLING=transaction``)
 consecutive transactions of one client connection run on different server
 connections, so a statement psycopg prepared on one is unknown on the next:
-pools are then made with ``prepared_statements=False``. Nothing else here
+pools are then made with ``prepared_statements=False``. A pool that finds
+itself behind such a pooler without that setting (the server refuses a
+statement name: taken, or unknown) stops preparing at once, says what to set,
+and answers that one borrow as unavailable (a webhook gets 503 and is sent
+again); every later borrow works. Nothing else here
 keeps session state across transactions. Short-lived connections
 (:func:`connect`) never prepare statements: a command runs each only a few times.
 """
 
 from __future__ import annotations
 
+import functools
+import logging
+import os
 import select
+import socket
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
+from contextlib import contextmanager, suppress
 from typing import Any
 
 import psycopg
@@ -27,6 +35,24 @@ from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from receipts import deadlines, queries
+
+log = logging.getLogger(__name__)
+
+# A dead path without a reset (a hung server or pooler, a middlebox that still
+# ACKs) must not hold a caller: the kernel gives up on data unacknowledged this
+# long, keepalives find an idle peer gone, and a statement past its time limit is
+# cancelled, then its socket shut if the cancel did not end it.
+TCP_OPTIONS: dict[str, Any] = {
+    "keepalives": 1,
+    "keepalives_idle": 30,
+    "keepalives_interval": 10,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 30_000,  # milliseconds
+}
+# How long a cancel request may take to be delivered, and how long after the
+# time limit a statement whose cancel did not end it gets its socket shut.
+CANCEL_SECONDS = 1.0
+SEVER_AFTER_SECONDS = 1.0
 
 
 class DatabaseUnavailable(Exception):
@@ -86,9 +112,13 @@ class Database:
                         "row_factory": dict_row,
                         "connect_timeout": max(1, int(self._timeout)),
                         "prepare_threshold": self._prepare_threshold,
+                        **TCP_OPTIONS,
                     },
                     configure=durable_commits,
-                    reconnect_timeout=0,
+                    # Keep reconnecting (after 1 s, 2 s, 4 s…) for as long as a
+                    # borrow may wait: a request that began waiting during a blip is
+                    # served once the database is back, not answered 503 at the end.
+                    reconnect_timeout=self._timeout,
                     open=False,
                     name="receipts",
                 )
@@ -129,6 +159,12 @@ class Database:
                 pool.putconn(conn)
         except PoolTimeout as exc:
             raise DatabaseUnavailable(f"no database connection within {self._timeout:g} s") from exc
+        except (
+            psycopg.errors.DuplicatePreparedStatement,
+            psycopg.errors.InvalidSqlStatementName,
+        ) as exc:
+            self._stop_preparing()
+            raise DatabaseUnavailable(describe_error(exc), "pooler_prepared_statements") from exc
         except psycopg.errors.ReadOnlySqlTransaction as exc:
             raise DatabaseUnavailable(describe_error(exc), "read_only") from exc
         except psycopg.errors.UndefinedTable as exc:
@@ -139,8 +175,21 @@ class Database:
         except psycopg.OperationalError as exc:
             raise DatabaseUnavailable(describe_error(exc)) from exc
 
-    def _time_limit(self, conn: Connection) -> AbstractContextManager[object]:
-        """Cancel what runs on ``conn`` once the work timeout has passed.
+    def _stop_preparing(self) -> None:
+        """Behind a transaction pooler the setting did not name: prepare nothing from now on."""
+        if self._prepare_threshold is None:
+            return
+        self._prepare_threshold = None
+        log.warning(
+            "DATABASE_URL goes through a transaction pooler (a prepared statement's name "
+            "was taken or unknown): prepared statements are off for this process; set "
+            "RECEIPTS_DATABASE_POOLING=transaction (and DATABASE_DIRECT_URL for the loop worker)"
+        )
+
+    @contextmanager
+    def _time_limit(self, conn: Connection) -> Iterator[None]:
+        """Cancel what runs on ``conn`` once the work timeout has passed; shut its
+        socket :data:`SEVER_AFTER_SECONDS` later if it still runs.
 
         A lock held by a long migration or a stuck transaction would otherwise
         hold a webhook (and its thread) for as long as it lasts, past the
@@ -149,10 +198,19 @@ class Database:
         trip, unlike ``SET LOCAL lock_timeout`` in a transaction around the
         one-statement ingest; it works through PgBouncer, which forwards
         cancel requests. The cancelled statement fails with QueryCanceled.
+        A cancel travels a new connection on the same path: when that path is
+        dead the cancel never arrives, and shutting the socket is what ends the
+        wait (an OperationalError: the connection is gone, the pool replaces it).
         """
         if not self._work_timeout:
-            return nullcontext()
-        return deadlines.after(self._work_timeout, lambda: conn.cancel_safe(timeout=5.0))
+            yield
+            return
+        cancel = functools.partial(conn.cancel_safe, timeout=CANCEL_SECONDS)
+        with (
+            deadlines.after(self._work_timeout, cancel),
+            deadlines.after(self._work_timeout + SEVER_AFTER_SECONDS, lambda: sever(conn)),
+        ):
+            yield
 
     def _live_connection(self, pool: ConnectionPool[Connection]) -> Connection:
         """A pooled connection the server has not closed meanwhile.
@@ -166,6 +224,7 @@ class Database:
         while True:
             conn = pool.getconn(timeout=max(0.001, deadline - time.monotonic()))
             if still_open(conn):
+                conn.prepare_threshold = self._prepare_threshold
                 return conn
             conn.close()
             pool.putconn(conn)
@@ -230,6 +289,18 @@ def still_open(conn: Connection) -> bool:
     return True
 
 
+def sever(conn: Connection) -> None:
+    """Shut ``conn``'s socket under whatever waits on it: the wait ends at once with an
+    OperationalError, whatever the network does (a duplicate, so libpq's own descriptor
+    is never closed under it)."""
+    with suppress(OSError, psycopg.Error):
+        duplicate = socket.socket(fileno=os.dup(conn.pgconn.socket))
+        try:
+            duplicate.shutdown(socket.SHUT_RDWR)
+        finally:
+            duplicate.close()
+
+
 def connect(url: str, *, autocommit: bool = False) -> Connection:
     """One plain connection, for short-lived commands and LISTEN."""
     try:
@@ -239,6 +310,7 @@ def connect(url: str, *, autocommit: bool = False) -> Connection:
             autocommit=autocommit,
             connect_timeout=10,
             prepare_threshold=None,
+            **TCP_OPTIONS,
         )
         durable_commits(conn)
         return conn

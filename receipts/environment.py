@@ -296,6 +296,16 @@ class EnvironmentReader:
             return False
         raise ConfigError(name, f"must be true or false, got {raw!r}")
 
+    def modes(self, name: str) -> frozenset[str]:
+        """``live,test`` (the default), ``live`` or ``test``: the Stripe modes emailed."""
+        raw = self.text(name)
+        if raw is None:
+            return frozenset({"live", "test"})
+        modes = frozenset(part.strip().lower() for part in raw.split(","))
+        if not modes or not modes <= {"live", "test"}:
+            raise ConfigError(name, f"must be live, test or live,test, got {raw!r}")
+        return modes
+
     def choice(self, name: str, choices: tuple[str, ...], default: str) -> str:
         raw = self.text(name)
         if raw is None:

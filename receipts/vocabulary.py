@@ -73,6 +73,8 @@ class ReviewReason(StrEnum):
     INVALID_INVOICE_AMOUNTS = "invalid_invoice_amounts"
     # written by the worker, before or after a send
     RENDER_FAILED = "render_failed"  # the templates raised on this receipt at its first claim
+    # a copy for the books whose address is not the worker's RECEIPTS_COPY_TO
+    COPY_ADDRESS_NOT_CONFIGURED = "copy_address_not_configured"
     # its rows would not add up to Stripe's total or amount paid (the numbers in last_error)
     RECEIPT_DOES_NOT_ADD_UP = "receipt_does_not_add_up"
     RETRY_WINDOW_ELAPSED = "retry_window_elapsed"

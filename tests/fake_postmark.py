@@ -259,7 +259,8 @@ def _listed(item: _Accepted) -> dict[str, Any]:
         "To": [{"Email": address, "Name": None} for address in recipients],
         "Cc": [], "Bcc": [], "Recipients": recipients,
         "ReceivedAt": datetime.fromtimestamp(item.accepted_at, UTC).isoformat(),
-        "From": body.get("From"), "Subject": body.get("Subject"), "Attachments": [],
+        "From": body.get("From"), "Subject": body.get("Subject"),
+        "Attachments": [item.get("Name") for item in body.get("Attachments") or []],
         "Status": "Sent", "Metadata": body.get("Metadata") or {},
         "MessageStream": body.get("MessageStream", "outbound"),
     }  # fmt: skip

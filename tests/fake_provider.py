@@ -93,6 +93,8 @@ Domains (``receipts doctor``), a separate block below:
 from __future__ import annotations
 
 import argparse
+import base64
+import binascii
 import collections
 import hashlib
 import json
@@ -459,6 +461,8 @@ class FakeResend:
             return _error(answer.status, answer.name, answer.message)
         if not _is_valid_email(body):
             return _error(422, "validation_error")
+        if not _attachments_have_content(body):
+            return _error(422, "invalid_attachment")
         if answer.no_id:
             return answer.status, {}, b"{}"
         email_id = str(uuid.uuid4())
@@ -517,6 +521,27 @@ def _is_valid_email(body: bytes) -> bool:
     return isinstance(document, dict) and all(
         document.get(name) for name in ("from", "to", "subject")
     )
+
+
+def _attachments_have_content(body: bytes) -> bool:
+    """Resend's check: each attachment has base64 ``content`` (or a ``path`` to fetch)."""
+    found = json.loads(body).get("attachments")
+    if found is None:
+        return True
+    if not isinstance(found, list):
+        return False
+    for item in found:
+        if not isinstance(item, dict) or not isinstance(item.get("filename"), str):
+            return False
+        if "path" in item:
+            continue
+        try:
+            base64.b64decode(str(item.get("content", "")), validate=True)
+        except binascii.Error:
+            return False
+        if not item.get("content"):
+            return False
+    return True
 
 
 def _error(status: int, name: str, message: str | None = None) -> Reply:

@@ -6,6 +6,9 @@ It sits between a process and PostgreSQL (or any server). The test can:
   restarts or a network path dies), and ``refuse(True)`` new ones meanwhile;
 * ``silence(True)``: accept new connections and never answer them (a server
   that hangs, or packets lost on the way), until ``silence(False)`` resets them;
+* ``stall(True)``: open connections stay open and their bytes are taken (the
+  kernel ACKs them) but never forwarded either way: a hung server or pooler,
+  or a middlebox that still ACKs, which no reset ever ends;
 * ``on_client_bytes(pattern, action)`` / ``on_server_bytes(pattern, action)``:
   run ``action`` the moment ``pattern`` passes in that direction, *before* the
   chunk holding it is forwarded. The action decides what happens next: return
@@ -57,6 +60,7 @@ class TcpProxy:
         self._open: set[socket.socket] = set()
         self._refusing = False
         self._silent: list[socket.socket] | None = None  # held, unanswered, while silent
+        self._stalled = False  # open connections' bytes are dropped, not forwarded
         self._closed = False
         self._watches: dict[str, list[_Watch]] = {"client": [], "server": []}
         self.connections_accepted = 0
@@ -86,6 +90,11 @@ class TcpProxy:
             held, self._silent = self._silent, ([] if silent else None)
         for sock in held or []:
             _reset(sock)
+
+    def stall(self, stalled: bool) -> None:
+        """While stalled, bytes on open connections are read and dropped."""
+        with self._lock:
+            self._stalled = stalled
 
     def on_client_bytes(self, pattern: bytes, action: Action) -> threading.Event:
         """Watch bytes going to the server; the returned event is set once it fired."""
@@ -161,6 +170,8 @@ class TcpProxy:
                 chunk = source.recv(_CHUNK)
                 if not chunk:
                     break
+                if self._stalled:
+                    continue
                 verdict = self._check(direction, tail, chunk, client)
                 if verdict == "cut":
                     break

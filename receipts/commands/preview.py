@@ -4,7 +4,10 @@ It reads a saved ``invoice.paid`` event (as ``stripe events retrieve`` or the
 Dashboard shows it; ``-`` for stdin), or a paid invoice on its own (as
 ``stripe invoices retrieve`` prints it), renders it with the configured templates
 (``RECEIPTS_TEMPLATE_DIR``), locale and time zone, and prints the text part,
-the HTML part, or the whole message as an ``.eml`` file. No signature is
+the HTML part, the whole message as an ``.eml`` file, or the receipt's PDF
+(``--format pdf``, as ``RECEIPTS_ATTACH_PDF`` attaches it; written to
+``--output FILE`` or a redirected standard output, never to a terminal). An
+``.eml`` carries the PDF when ``RECEIPTS_ATTACH_PDF`` is true. No signature is
 checked and nothing is stored, so a template change can be checked before a
 deploy. It decides as the service does (``RECEIPTS_SEND_ZERO_VALUE``
 included): an event the service would not send a receipt for exits 1 and
@@ -24,6 +27,7 @@ does.
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import sys
 from collections.abc import Mapping
@@ -40,7 +44,7 @@ from receipts.receipt.payload import render_payload
 from receipts.receipt.rendering import Renderer
 from receipts.receipt.samples import sample_credit_note_inputs, sample_refund_inputs
 
-FORMATS = ("text", "html", "eml")
+FORMATS = ("text", "html", "eml", "pdf")
 # --kind: the email to preview, and the render input's own name for it.
 KINDS = {"receipt": None, "refund": "refund", "credit-note": "credit_note"}
 SAMPLE_KEYS = {
@@ -101,6 +105,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--format", choices=FORMATS, default="text", help="what to print (default: text)"
     )
     parser.add_argument(
+        "--output",
+        metavar="FILE",
+        type=Path,
+        help="write to FILE instead of standard output (what --format pdf needs on a terminal)",
+    )
+    parser.add_argument(
         "--locale",
         help="render in this locale (de_DE, ja, pt-BR…) instead of RECEIPTS_LOCALE",
     )
@@ -120,7 +130,12 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         merchant_name=settings.merchant_name,
         support_email=settings.support_email,
         support_url=settings.support_url,
+        attach_pdf=settings.attach_pdf or args.format == "pdf",
     )
+    if args.format == "pdf" and args.output is None and sys.stdout.isatty():
+        return _refuse(
+            "--format pdf writes a binary file: give --output FILE, or redirect standard output"
+        )
     kind = KINDS[args.kind]
     if kind is not None:
         return _preview_kind(args, kind, renderer, settings.email_from or PREVIEW_FROM)
@@ -143,12 +158,23 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         payload = render_payload(decision.message_key, decision.render_input, renderer)
     except UnusableInvoice as unusable:  # what the worker's first claim would send to review
         return _refuse(f"needs review: {unusable}")
-    sys.stdout.write(_output(args.format, decision.message_key, payload))
+    return _write(args, _output(args.format, decision.message_key, payload))
+
+
+def _write(args: argparse.Namespace, output: bytes) -> int:
+    if args.output is not None:
+        args.output.write_bytes(output)
+        print(f"receipts preview: wrote {args.output} ({len(output)} bytes)", file=sys.stderr)
+    else:
+        sys.stdout.buffer.write(output)
+        sys.stdout.flush()
     return 0
 
 
 def _preview_kind(args: argparse.Namespace, kind: str, renderer: Renderer, sender: str) -> int:
     """A refund or credit note email, of the sample or of a stored render input."""
+    if args.format == "pdf":
+        return _refuse("--format pdf: only a receipt has a PDF; choose text, html or eml")
     try:
         render_input = _render_input(args.event, kind, sender)
     except (OSError, ValueError) as error:
@@ -165,8 +191,7 @@ def _preview_kind(args: argparse.Namespace, kind: str, renderer: Renderer, sende
         payload = render_payload(key, render_input, renderer)
     except UnusableInvoice as unusable:
         return _refuse(f"needs review: {unusable}")
-    sys.stdout.write(_output(args.format, key, payload))
-    return 0
+    return _write(args, _output(args.format, key, payload))
 
 
 def _render_input(name: str | None, kind: str, sender: str) -> dict[str, Any]:
@@ -202,10 +227,13 @@ def _read_event(name: str) -> Any:
         raise ValueError(f"{name}: not JSON") from None
 
 
-def _output(form: str, message_key: str, payload: dict[str, Any]) -> str:
+def _output(form: str, message_key: str, payload: dict[str, Any]) -> bytes:
     if form == "text":
-        return str(payload["text"])
+        return str(payload["text"]).encode()
     if form == "html":
-        return str(payload["html"])
+        return str(payload["html"]).encode()
+    if form == "pdf":
+        [attached] = payload["attachments"]
+        return base64.b64decode(attached["content"])
     body = json.dumps(payload, sort_keys=True).encode()
-    return build_email(message_key, body).as_string()
+    return build_email(message_key, body).as_string().encode()

@@ -16,11 +16,17 @@ receipts worker"), each with one line on stderr saying why:
 * 4: sending is paused: a daily or monthly quota answer, now or in an earlier
   run, until the quota resets (``--resume`` lifts it after a plan upgrade);
 * 5: the provider failed every send of the run (timeouts, 5xx, connection errors).
+
+``--max-seconds`` is a hard bound: a run still going that long after it,
+plus one send's timeouts and :data:`HARD_STOP_GRACE_SECONDS` (a database or
+network that hangs without an error), exits 1 at once. Rows it held are
+retried after their leases, as after a crash.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import threading
@@ -34,6 +40,9 @@ from receipts.delivery.providers.base import Provider
 from receipts.delivery.sending_pause import clear_pause
 from receipts.delivery.summary import ExitCode
 from receipts.delivery.worker import DEFAULT_CONCURRENCY, DEFAULT_POLL_SECONDS, run_worker
+
+# How long past --max-seconds and one send's timeouts a run may still take.
+HARD_STOP_GRACE_SECONDS = 2.0
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -75,6 +84,9 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         _resume(database_url, provider)
     stop = threading.Event()
     _stop_on_signals(stop)
+    if args.max_seconds is not None:
+        send = settings.provider_connect_timeout + settings.provider_timeout
+        _exit_after(args.max_seconds + send + HARD_STOP_GRACE_SECONDS)
     try:
         summary = run_worker(
             settings,
@@ -99,6 +111,23 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
             file=sys.stderr,
         )
     return code
+
+
+def _exit_after(seconds: float) -> None:
+    """Exit 1 once ``seconds`` have passed, whatever the run is waiting on."""
+
+    def exit_now() -> None:
+        print(
+            f"receipts worker: stopped: still running {seconds:g} s after it started, past "
+            "--max-seconds and one send's timeouts; rows it held are retried after their leases",
+            file=sys.stderr,
+            flush=True,
+        )
+        os._exit(ExitCode.UNEXPECTED)
+
+    timer = threading.Timer(seconds, exit_now)
+    timer.daemon = True
+    timer.start()
 
 
 def _resume(database_url: str, provider: Provider) -> None:

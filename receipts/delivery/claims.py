@@ -19,6 +19,8 @@ each answer only where the lease token still matches. docs/architecture.md,
 from __future__ import annotations
 
 import logging
+import math
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -72,6 +74,9 @@ class ClaimedRow:
     # Leased only to ask the provider: without a yes it goes to review for this reason.
     past_limit: ReviewReason | None = None
     evidence_id: str | None = None  # a delivery webhook named this email id for the key
+    # When the lease runs out at the latest, on this process's time.monotonic(): taken
+    # before the claim, so never later than the server's locked_until.
+    lease_expires: float = math.inf
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -110,6 +115,7 @@ def claim_ready(
     """
     if limit <= 0:
         return Claim(rows=[], skipped=[])
+    lease_expires = time.monotonic() + lease_seconds
     found = conn.execute(
         _Q["claim_ready"],
         {
@@ -126,7 +132,7 @@ def claim_ready(
     unrendered = [row for row in leased if row["payload_text"] is None]
     unrenderable = _render_first_claims(conn, unrendered, render) if unrendered else []
     return Claim(
-        rows=[_claimed(row) for row in leased if row["payload_text"] is not None],
+        rows=[_claimed(row, lease_expires) for row in leased if row["payload_text"] is not None],
         skipped=[
             SkippedRow(
                 message_key=row["message_key"], review_reason=ReviewReason(row["review_reason"])
@@ -209,7 +215,7 @@ def _review_unrenderable(
     )
 
 
-def _claimed(row: dict[str, Any]) -> ClaimedRow:
+def _claimed(row: dict[str, Any], lease_expires: float) -> ClaimedRow:
     prior = None
     if row["prior_age_seconds"] is not None:
         prior = PriorAttempt(
@@ -228,6 +234,7 @@ def _claimed(row: dict[str, Any]) -> ClaimedRow:
         prior=prior,
         past_limit=ReviewReason(row["past_limit"]) if row["past_limit"] else None,
         evidence_id=row["evidence_id"],
+        lease_expires=lease_expires,
     )
 
 

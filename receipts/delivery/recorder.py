@@ -13,7 +13,11 @@ several. The send has happened by then: the wait delays only the row's
 ``sent`` in the database, never an email. Each row is written only
 ``WHERE lease_token = …``: a worker that lost its lease writes nothing to the
 row and counts the loss. A batch that cannot be written leaves its rows
-leased; they are claimed again when their leases expire. docs/architecture.md,
+leased, so it is tried again (after 0.25 s, 0.5 s, 1 s… at most
+:data:`RECORD_RETRY_MAX_SECONDS` apart) for as long as every lease in it holds
+with :data:`LEASE_MARGIN_SECONDS` to spare: a database blip must not turn
+answers the provider already gave into sends after the lease. Past that, the
+rows are claimed again when their leases expire. docs/architecture.md,
 "Delivery: claim, send, record", describes the record.
 """
 
@@ -41,6 +45,10 @@ RECORDER_THREADS = 1
 RECORD_BATCH = 64
 # How long the first answer of a batch waits for more before it is written.
 RECORD_LINGER_SECONDS = 0.02
+# A batch the database failed is written again until this long before its first lease ends.
+LEASE_MARGIN_SECONDS = 2.0
+RECORD_RETRY_FIRST_SECONDS = 0.25
+RECORD_RETRY_MAX_SECONDS = 5.0
 
 Answered = tuple[claims.ClaimedRow, AttemptResult]
 
@@ -74,12 +82,16 @@ class Recorder:
         threads: int = RECORDER_THREADS,
         batch_size: int = RECORD_BATCH,
         linger: float = RECORD_LINGER_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self._database = database
         self._summary = summary
         self._let_go = let_go
         self._batch_size = batch_size
         self._linger = linger
+        self._clock = clock
+        self._sleep = sleep
         self._answers: queue.SimpleQueue[Answered | None] = queue.SimpleQueue()
         self._threads = [
             threading.Thread(target=self._record_answers, name=f"record-{n}", daemon=True)
@@ -130,25 +142,37 @@ class Recorder:
         # only after lost leases) lock rows in the same order: no deadlock.
         batch.sort(key=lambda answered: answered[0].message_key)
         try:
-            try:
-                # One statement, atomic on its own: no BEGIN and COMMIT round trips.
-                with self._database.autocommit() as conn:
-                    held = claims.record_attempts(conn, batch)
-            except (DatabaseUnavailable, psycopg.Error) as exc:
-                self._summary.count("unrecorded", len(batch))
-                log_fields(
-                    log,
-                    "could not record attempts; their leases will expire and they are retried",
-                    logging.ERROR,
-                    keys=",".join(row.message_key for row, _ in batch),
-                    error=describe_error(exc),
-                )
+            held = self._write_while_leased(batch)
+            if held is None:
                 return
             for (row, result), still_held in zip(batch, held, strict=True):
                 self._report(row, result, still_held)
         finally:
             for _ in batch:
                 self._let_go()
+
+    def _write_while_leased(self, batch: list[Answered]) -> list[bool] | None:
+        """Which rows were still held, once the batch is written; None if it never was."""
+        last_chance = min(row.lease_expires for row, _ in batch) - LEASE_MARGIN_SECONDS
+        delay = RECORD_RETRY_FIRST_SECONDS
+        while True:
+            try:
+                # One statement, atomic on its own: no BEGIN and COMMIT round trips.
+                with self._database.autocommit() as conn:
+                    return claims.record_attempts(conn, batch)
+            except (DatabaseUnavailable, psycopg.Error) as exc:
+                error = describe_error(exc)
+            keys = ",".join(row.message_key for row, _ in batch)
+            if self._clock() + delay >= last_chance:
+                self._summary.count("unrecorded", len(batch))
+                log_fields(log, "could not record attempts; their leases will expire and "
+                           "they are retried", logging.ERROR, keys=keys, error=error)  # fmt: skip
+                return None
+            self._summary.count("record_retries")
+            log_fields(log, "could not record attempts; trying again while the leases hold",
+                       logging.WARNING, keys=keys, error=error, retry_in=delay)  # fmt: skip
+            self._sleep(delay)
+            delay = min(delay * 2, RECORD_RETRY_MAX_SECONDS)
 
     def _report(self, row: claims.ClaimedRow, result: AttemptResult, held: bool) -> None:
         if not held:

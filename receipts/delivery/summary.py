@@ -8,7 +8,14 @@ from enum import IntEnum
 from typing import Literal
 
 Counter = Literal[
-    "sent", "retried", "rate_limited", "review", "lease_lost", "released", "unrecorded"
+    "sent",
+    "retried",
+    "rate_limited",
+    "review",
+    "lease_lost",
+    "released",
+    "unrecorded",
+    "record_retries",
 ]
 
 
@@ -43,6 +50,7 @@ class WorkerSummary:
     lease_lost: int = 0
     released: int = 0
     unrecorded: int = 0
+    record_retries: int = 0  # batches written again after the database failed them
     seconds: float = 0.0
     error: str | None = None
     exit_code: int = 0

@@ -52,6 +52,10 @@ log = logging.getLogger(__name__)
 
 DEFAULT_CONCURRENCY = 8
 DEFAULT_POLL_SECONDS = 5.0
+# The longest one database borrow of the worker may take (a claim renders and
+# freezes its rows in one transaction): past it the statement is cancelled, and a
+# dead path cut (receipts.db), so a lock or a hung server cannot hold a cron run.
+WORK_TIMEOUT_SECONDS = 30.0
 # Never start a send unless it can finish (connect + read timeout) this long
 # before the lease expires.
 LEASE_SAFETY_SECONDS = 1.0
@@ -149,6 +153,7 @@ class _Dispatcher:
             self.database_url,
             max_size=RECORDER_THREADS + 2,
             timeout=settings.database_timeout,
+            work_timeout=WORK_TIMEOUT_SECONDS,
             prepared_statements=settings.prepared_statements,
         )
         self.recorder = Recorder(self.database, self.summary, self._let_go)

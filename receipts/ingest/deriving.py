@@ -16,7 +16,8 @@ from dataclasses import replace
 
 from receipts.config import Settings
 from receipts.receipt.api_facts import ApiFacts
-from receipts.receipt.derivation import Decision, derive_receipt, is_zero_value
+from receipts.receipt.books_copy import with_books_copy
+from receipts.receipt.derivation import Decision, Ignored, derive_receipt, is_zero_value
 from receipts.receipt.event import EventHeader
 from receipts.stripe_api.client import Scope, StripeApi
 from receipts.stripe_api.facts import enrich
@@ -45,6 +46,10 @@ class ReceiptDeriver:
 
     def derive(self, header: EventHeader, scope: Scope | None = None) -> Decision:
         """Decide what one invoice event means; may raise MalformedEvent like derive_receipt."""
+        mode = "live" if header.livemode else "test"
+        if mode not in self.settings.modes:
+            # Recorded, so support can see why; never looked up nor emailed.
+            return Ignored(reason=f"{mode}_mode_off")
         if self.api is None or not self._will_be_sent(header):
             return self._derive(header, None)
         deadline = None if self._budget is None else time.monotonic() + self._budget
@@ -57,13 +62,14 @@ class ReceiptDeriver:
         return self._derive(replace(header, data_object=enriched.invoice), enriched.facts)
 
     def _derive(self, header: EventHeader, facts: ApiFacts | None) -> Decision:
-        return derive_receipt(
+        decision = derive_receipt(
             header,
             email_from=self.settings.email_from or "",
             reply_to=self.settings.reply_to,
             send_zero_value=self.settings.send_zero_value,
             api_facts=facts,
         )
+        return with_books_copy(decision, self.settings.copy_to)
 
     def _will_be_sent(self, header: EventHeader) -> bool:
         """Only a paid invoice that is not ignored is worth the API's time."""

@@ -81,6 +81,7 @@ def _ingest_in_one_statement(
         _Q["ingest_event"],
         {
             **_outbox_row(header, decision),
+            **_books_copy_columns(decision),
             "event_type": header.event_type,
             "new_outcome": _new_row_outcome(decision),
             "imported_prefix": IMPORTED_FINGERPRINT_PREFIX,
@@ -119,6 +120,36 @@ def _outbox_row(header: EventHeader, decision: ReceiptJob | UnsendableReceipt) -
     }
 
 
+def _books_copy_columns(decision: ReceiptJob | UnsendableReceipt) -> dict[str, Any]:
+    """The copy for the books' own columns; all None when the receipt has no copy."""
+    copy = decision.books_copy if isinstance(decision, ReceiptJob) else None
+    return {
+        "copy_key": copy.message_key if copy else None,
+        "copy_purpose": copy.purpose if copy else None,
+        "copy_fingerprint": copy.fingerprint if copy else None,
+        "copy_render_input": Json(copy.render_input) if copy else None,
+        "copy_to": copy.recipient if copy else None,
+    }
+
+
+def _insert_books_copy(conn: Connection, header: EventHeader, job: ReceiptJob) -> None:
+    """The copy's row, beside a customer row just inserted."""
+    copy = job.books_copy
+    if copy is None:
+        return
+    conn.execute(
+        _Q["insert_outbox_row"],
+        {
+            **_outbox_row(header, job),
+            "key": copy.message_key,
+            "purpose": copy.purpose,
+            "fingerprint": copy.fingerprint,
+            "render_input": Json(copy.render_input),
+            "customer_email": copy.recipient,
+        },
+    )
+
+
 def _new_row_outcome(decision: ReceiptJob | UnsendableReceipt) -> IngestOutcome:
     return IngestOutcome.QUEUED if isinstance(decision, ReceiptJob) else IngestOutcome.REVIEW
 
@@ -129,6 +160,8 @@ def _insert_outbox_row(
     """Insert the row, or classify the existing one as duplicate or conflict."""
     inserted = conn.execute(_Q["insert_outbox_row"], _outbox_row(header, decision)).fetchone()
     if inserted is not None:
+        if isinstance(decision, ReceiptJob):
+            _insert_books_copy(conn, header, decision)
         # No NOTIFY here: it would serialize every commit (see receipts.ingest.wakeup);
         # the caller wakes the workers after the commit.
         return _new_row_outcome(decision)

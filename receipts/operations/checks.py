@@ -9,6 +9,7 @@ channel of the check's own.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import secrets
 import time
@@ -85,6 +86,7 @@ def database_checks(settings: Settings) -> list[Check]:
         )
         checks = [reached, _migrations(conn)]
     checks += role_checks(settings)
+    checks.append(pooling_check(settings))
     checks.append(listen_check(settings))
     return checks
 
@@ -155,6 +157,71 @@ def role_checks(settings: Settings) -> list[Check]:
         )
         checks.append(Check(name=name, ok=False, detail=detail))
     return checks
+
+
+def pooling_check(settings: Settings) -> Check:
+    """Whether DATABASE_URL goes through a transaction pooler, and the setting agrees."""
+    assert settings.database_url is not None
+    try:
+        pooled = _hands_out_server_connections(settings.database_url)
+    except Exception as exc:
+        return Check(name="pooling", ok=False, detail=f"cannot tell: {describe_error(exc)}")
+    named = settings.database_pooling == "transaction"
+    if pooled and not named:
+        return Check(
+            name="pooling",
+            ok=False,
+            detail="DATABASE_URL goes through a transaction pooler (two transactions of one "
+            "connection ran on different server processes): set "
+            "RECEIPTS_DATABASE_POOLING=transaction",
+        )
+    if pooled:
+        return Check(name="pooling", ok=True, detail="a transaction pooler, as the setting says")
+    hint = _pooler_hint(settings.database_url)
+    if hint and not named:
+        detail = f"a direct connection, though {hint}: a session pooler, or a direct port"
+        return Check(name="pooling", ok=True, detail=detail)
+    kind = "a session pooler or a direct connection" if named else "a direct connection"
+    return Check(name="pooling", ok=True, detail=kind)
+
+
+def _hands_out_server_connections(url: str) -> bool:
+    """Transaction pooling seen from the client: while a second connection holds a
+    transaction, the first one's next transaction runs on another server process (or
+    the second got the first one's process). A direct connection keeps its process."""
+    probe = _DOCTOR["backend_pid"]
+    with connect(url, autocommit=True) as first, connect(url, autocommit=True) as second:
+        before = _scalar(first.execute(probe))
+        with second.transaction():
+            held = _scalar(second.execute(probe))
+            if held == before:
+                return True
+            # The pooler has another server process idle (the second did not get the
+            # first's), so this cannot queue behind the held transaction.
+            after = _scalar(first.execute(probe))
+    return after != before
+
+
+def _scalar(cursor: Any) -> object:
+    row = cursor.fetchone()
+    return None if row is None else row["pid"]
+
+
+# Hosts and the port the common poolers use (PgBouncer's 6432; Supabase's and
+# Neon's pooler host names).
+_POOLER_PORTS = (6432,)
+_POOLER_HOST_WORDS = ("pooler", "pgbouncer", "bouncer")
+
+
+def _pooler_hint(url: str) -> str | None:
+    parts = urlsplit(url)
+    host = (parts.hostname or "").lower()
+    if any(word in host for word in _POOLER_HOST_WORDS):
+        return f"the host name {host!r} names a pooler"
+    with contextlib.suppress(ValueError):
+        if parts.port in _POOLER_PORTS:
+            return f"port {parts.port} is PgBouncer's"
+    return None
 
 
 def listen_check(settings: Settings) -> Check:

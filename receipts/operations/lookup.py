@@ -39,6 +39,8 @@ IGNORED_BECAUSE = {
     "no receipt unless RECEIPTS_SEND_ZERO_VALUE=true",
     "event_type_not_handled": "only invoice.paid events make receipts",
     "invoice_not_paid": "the invoice in the event was not in status paid",
+    "test_mode_off": "a test-mode event, and RECEIPTS_MODES does not include test",
+    "live_mode_off": "a live-mode event, and RECEIPTS_MODES does not include live",
 }
 
 

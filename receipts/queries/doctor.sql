@@ -13,3 +13,7 @@ LISTEN {}
 -- name: notify_probe
 -- One notification on the check's own channel, delivered when this statement commits.
 SELECT pg_notify(%(channel)s, 'receipts doctor')
+
+-- name: backend_pid
+-- The server process behind this connection now: through a transaction pooler it can change between transactions.
+SELECT pg_backend_pid() AS pid

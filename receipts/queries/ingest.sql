@@ -5,7 +5,7 @@
 -- only statement here that updates an outbox row, and none deletes one.
 
 -- name: ingest_event
--- Atomic: one row per key, one event per id; no row back while a concurrent insert is unseen.
+-- Atomic: one row per key (and its copy for the books), one event per id; no row back while a concurrent insert is unseen.
 WITH new_row AS (
     INSERT INTO email_outbox (message_key, purpose, account, livemode, invoice_id,
                               source_event_id, fingerprint, render_input, status,
@@ -15,6 +15,16 @@ WITH new_row AS (
             %(invoice_number)s, %(customer_email)s, %(amount)s, %(currency)s)
     ON CONFLICT (message_key) DO NOTHING
     RETURNING 1
+), books_copy AS (
+    -- the copy for the books (RECEIPTS_COPY_TO) follows a new customer row, and only a new one
+    INSERT INTO email_outbox (message_key, purpose, account, livemode, invoice_id,
+                              source_event_id, fingerprint, render_input, status,
+                              invoice_number, customer_email, amount, currency)
+    SELECT %(copy_key)s, %(copy_purpose)s, %(account)s, %(livemode)s, %(invoice_id)s,
+           %(event_id)s, %(copy_fingerprint)s, %(copy_render_input)s, 'pending',
+           %(invoice_number)s, %(copy_to)s, %(amount)s, %(currency)s
+     WHERE %(copy_key)s::text IS NOT NULL AND EXISTS (SELECT FROM new_row)
+    ON CONFLICT (message_key) DO NOTHING
 ), existing AS (
     SELECT fingerprint FROM email_outbox
      WHERE message_key = %(key)s AND NOT EXISTS (SELECT FROM new_row)

@@ -37,6 +37,17 @@ class Ignored:
 
 
 @dataclass(frozen=True, kw_only=True)
+class BooksCopy:
+    """The row of a receipt's copy for the books (receipts.receipt.books_copy)."""
+
+    message_key: str
+    purpose: str
+    recipient: str  # RECEIPTS_COPY_TO
+    render_input: dict[str, Any]
+    fingerprint: str
+
+
+@dataclass(frozen=True, kw_only=True)
 class ReceiptJob:
     message_key: str
     invoice_id: str
@@ -47,6 +58,8 @@ class ReceiptJob:
     # equal to either is a duplicate, never a conflict.
     legacy_fingerprint: str
     purpose: str = INVOICE_PAID
+    # Inserted with this row when RECEIPTS_COPY_TO is set, and only then.
+    books_copy: BooksCopy | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -23,6 +23,7 @@ from receipts.receipt.after_payment import CREDIT_NOTE, REFUND, read_credit_note
 from receipts.receipt.api_facts import ApiFacts, api_facts_from_document
 from receipts.receipt.invoice_facts import ReceiptFacts, read_invoice
 from receipts.receipt.invoice_values import INVALID_AMOUNTS, UnusableInvoice
+from receipts.receipt.pdf import attachment, receipt_pdf
 from receipts.receipt.rendering import EmailContent, Renderer
 
 
@@ -43,20 +44,25 @@ def render_payload(key: str, render_input: dict[str, Any], renderer: Renderer) -
         raise UnusableInvoice(INVALID_AMOUNTS, detail="unknown kind of email")
     facts = read_render_input(render_input)
     api_facts = api_facts_from_document(render_input.get("api_facts"))
-    content = renderer.render(
-        facts,
-        locale=renderer.choose_locale(api_facts.preferred_locales),
-        payment_method=api_facts.payment_method,
-        receipt_number=api_facts.receipt_number,
-        sender=render_input["from"],
-    )
-    return email_payload(
+    how = {
+        "locale": renderer.choose_locale(api_facts.preferred_locales),
+        "payment_method": api_facts.payment_method,
+        "receipt_number": api_facts.receipt_number,
+        "sender": render_input["from"],
+    }
+    content = renderer.render(facts, **how)
+    payload = email_payload(
         content,
         key,
         email_from=render_input["from"],
         reply_to=render_input.get("reply_to"),
-        to=facts.to,
+        # a copy for the books goes to its own address (receipts.receipt.books_copy)
+        to=render_input.get("copy_to") or facts.to,
     )
+    if renderer.attach_pdf:  # RECEIPTS_ATTACH_PDF
+        pdf = receipt_pdf(renderer, facts, **how)
+        payload["attachments"] = [attachment(pdf, facts.number, facts.invoice_id)]
+    return payload
 
 
 def _refund_payload(key: str, render_input: dict[str, Any], renderer: Renderer) -> dict[str, Any]:
@@ -95,7 +101,8 @@ def _payload_of(
         key,
         email_from=render_input["from"],
         reply_to=render_input.get("reply_to"),
-        to=to,
+        # a copy for the books goes to its own address (receipts.receipt.books_copy)
+        to=render_input.get("copy_to") or to,
     )
 
 

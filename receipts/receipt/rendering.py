@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from email.utils import parseaddr
 from functools import cache, lru_cache
+from gettext import NullTranslations
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -56,7 +57,8 @@ from receipts.receipt.after_payment_views import present_credit_note, present_re
 from receipts.receipt.api_facts import PaymentMethod
 from receipts.receipt.catalogs import SOURCE_LANGUAGE, catalog_language, load_catalogs, parse_locale
 from receipts.receipt.invoice_facts import ReceiptFacts
-from receipts.receipt.presentation import Contact, present
+from receipts.receipt.pdf_fonts import registered
+from receipts.receipt.presentation import Contact, ReceiptView, present
 from receipts.receipt.samples import (
     SAMPLE_PAYMENT_METHOD,
     sample_credit_note_inputs,
@@ -80,6 +82,15 @@ class EmailContent:
     subject: str
     text: str
     html: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class PresentedReceipt:
+    """The view the templates get, with the language it is written in (for the PDF)."""
+
+    view: ReceiptView
+    locale: Locale
+    translations: NullTranslations
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -114,7 +125,18 @@ class Renderer:
         merchant_name: str | None = None,
         support_email: str | None = None,
         support_url: str | None = None,
+        attach_pdf: bool = False,
     ) -> None:
+        # RECEIPTS_ATTACH_PDF: render_payload adds the receipt as a PDF attachment; its
+        # fonts are read now, so a process that cannot read them stops at start-up
+        self.attach_pdf = attach_pdf
+        if attach_pdf:
+            try:
+                registered()
+            except (OSError, ValueError) as error:
+                raise ConfigError(
+                    "RECEIPTS_ATTACH_PDF", f"the PDF's fonts cannot be read: {error}"
+                ) from None
         self.contact = Contact(
             merchant=merchant_name, support_email=support_email, support_url=support_url
         )
@@ -148,6 +170,7 @@ class Renderer:
             merchant_name=settings.merchant_name,
             support_email=settings.support_email,
             support_url=settings.support_url,
+            attach_pdf=settings.attach_pdf,
         )
 
     def choose_locale(self, preferred: Sequence[str] = ()) -> str:
@@ -228,6 +251,29 @@ class Renderer:
             text=text.strip() + "\n",
             html=self._render("body.html", context, language, templates).strip() + "\n",
         )
+
+    def present(
+        self,
+        facts: ReceiptFacts,
+        *,
+        locale: str | None = None,
+        payment_method: PaymentMethod | None = None,
+        receipt_number: str | None = None,
+        sender: str | None = None,
+    ) -> PresentedReceipt:
+        """What :meth:`render` shows of ``facts``, as finished strings in the receipt's language."""
+        chosen = self._chosen(locale)
+        translations = self._catalogs[catalog_language(chosen) or SOURCE_LANGUAGE]
+        view = present(
+            facts,
+            locale=chosen,
+            translations=translations,
+            timezone=self.timezone,
+            payment_method=payment_method,
+            receipt_number=receipt_number,
+            contact=self._contact(sender),
+        )
+        return PresentedReceipt(view=view, locale=chosen, translations=translations)
 
     def _render(
         self,

@@ -60,6 +60,10 @@ class NotFound(ApiError):
     """The object does not exist in the account the request named."""
 
 
+class OutOfTime(ApiError):
+    """A list's next page was due after the caller's deadline: the rest was not asked for."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class Scope:
     """Whose data a call reads: the platform, or one Connect account."""
@@ -178,13 +182,17 @@ class StripeApi:
 
     # --- lists ----------------------------------------------------------------------
 
-    def invoice_lines(self, invoice_id: str, scope: Scope) -> list[Json]:
-        """Every line of an invoice, however many pages."""
+    def invoice_lines(
+        self, invoice_id: str, scope: Scope, *, deadline: float | None = None
+    ) -> list[Json]:
+        """Every line of an invoice, however many pages; OutOfTime past ``deadline``
+        (``time.monotonic()``), checked before each page."""
         lines: list[Json] = []
         for page in self._pages(
             lambda after: self.client.v1.invoices.line_items.list(
                 invoice_id, _page_params({}, after), options=scope.options()
-            )
+            ),
+            deadline=deadline,
         ):
             lines.extend(page.items)
         return lines
@@ -226,9 +234,13 @@ class StripeApi:
         pages = self._pages(lambda after: listed(_page_params({}, after)))
         return [endpoint for page in pages for endpoint in page.items]
 
-    def _pages(self, fetch: Callable[[str | None], Any]) -> Iterator[Page]:
+    def _pages(
+        self, fetch: Callable[[str | None], Any], *, deadline: float | None = None
+    ) -> Iterator[Page]:
         after: str | None = None
         while True:
+            if after is not None and deadline is not None and time.monotonic() >= deadline:
+                raise OutOfTime("the time budget ran out before the list's last page")
             page = self._list(functools.partial(fetch, after))
             yield page
             if not page.has_more or not page.items:

@@ -37,7 +37,7 @@ from receipts.receipt.invoice_details import is_paid_off_stripe
 from receipts.receipt.invoice_lines import products_to_name
 from receipts.receipt.payment_methods import method_of, receipt_number_of
 from receipts.receipt.untrusted import one_line
-from receipts.stripe_api.client import ApiError, Json, NotFound, Scope, StripeApi
+from receipts.stripe_api.client import ApiError, Json, NotFound, OutOfTime, Scope, StripeApi
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +66,9 @@ def enrich(api: StripeApi, invoice: Json, scope: Scope, *, deadline: float | Non
     lines = invoice.get("lines")
     every_line = None
     if isinstance(lines, dict) and lines.get("has_more") is True:
-        every_line = lookups.run("lines", lambda: api.invoice_lines(str(invoice["id"]), scope))
+        every_line = lookups.run(
+            "lines", lambda: api.invoice_lines(str(invoice["id"]), scope, deadline=deadline)
+        )
     customer = _customer(api, invoice, scope, lookups)
     if customer is not None and not _text(invoice.get("customer_email")):
         email = customer.get("email")
@@ -269,6 +271,11 @@ class _Lookups:
             found = call()
         except NotFound:
             LOOKUPS.labels(lookup=lookup, outcome="none").inc()
+            return None
+        except OutOfTime:
+            LOOKUPS.labels(lookup=lookup, outcome="skipped").inc()
+            log_fields(log, "stripe api look-up cut short: time budget spent", lookup=lookup,
+                       invoice_id=self.invoice_id)  # fmt: skip
             return None
         except (ApiError, KeyError, TypeError, ValueError) as exc:
             LOOKUPS.labels(lookup=lookup, outcome="failed").inc()

@@ -54,7 +54,9 @@
 --     attempt never changes: sql/006_lookups_and_history.sql).
 --   * the email rendered at a row's first claim, once, to the row's
 --     customer_email, with only the fields the product writes (from, to,
---     subject, text, html, its own key's tag, reply_to).
+--     subject, text, html, its own key's tag, reply_to, and the receipt's PDF
+--     as one attachment: receipt-<number>.pdf, application/pdf, base64, at
+--     most 2 MiB of it).
 --   It cannot create or delete outbox rows, change a row's recipient, email,
 --   fingerprint or invoice, touch sent or review rows, or read events.
 -- <prefix>_operator
@@ -252,7 +254,26 @@ CREATE POLICY receipts_worker_sends ON email_outbox FOR UPDATE TO :"worker"
                          AND NOT EXISTS (
                              SELECT 1 FROM jsonb_object_keys(payload) AS field
                               WHERE field NOT IN ('from', 'to', 'subject', 'text', 'html',
-                                                  'tags', 'reply_to'))
+                                                  'tags', 'reply_to', 'attachments'))
+                         -- the receipt's PDF (RECEIPTS_ATTACH_PDF): one item, named
+                         -- receipt-<number>.pdf, of base64 content at most 2 MiB long
+                         AND (NOT payload ? 'attachments'
+                              OR (jsonb_typeof(payload -> 'attachments') = 'array'
+                                  AND jsonb_array_length(payload -> 'attachments') = 1
+                                  AND jsonb_typeof(payload -> 'attachments' -> 0) = 'object'
+                                  AND (SELECT array_agg(key ORDER BY key) FROM jsonb_object_keys(
+                                          payload -> 'attachments' -> 0) AS key)
+                                      = ARRAY['content', 'content_type', 'filename']
+                                  AND payload -> 'attachments' -> 0 ->> 'filename'
+                                      ~ '^receipt-[A-Za-z0-9._-]+\.pdf$'
+                                  AND payload -> 'attachments' -> 0 ->> 'content_type'
+                                      = 'application/pdf'
+                                  AND jsonb_typeof(payload -> 'attachments' -> 0 -> 'content')
+                                      = 'string'
+                                  AND length(payload -> 'attachments' -> 0 ->> 'content')
+                                      BETWEEN 4 AND 2097152
+                                  AND payload -> 'attachments' -> 0 ->> 'content'
+                                      ~ '^[A-Za-z0-9+/]+={0,2}$'))
                          AND payload -> 'tags' = jsonb_build_array(jsonb_build_object(
                              'name', 'message_key', 'value',
                              left(regexp_replace(message_key, '[^A-Za-z0-9_-]', '_', 'g'), 256))))));

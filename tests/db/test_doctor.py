@@ -103,7 +103,8 @@ def failed(checks: dict[str, tuple[bool, str]]) -> dict[str, str]:
 
 
 EVERY_CHECK = [
-    "settings", "database", "migrations", "web-role", "worker-role", "operator-role", "listen",
+    "settings", "database", "migrations", "web-role", "worker-role", "operator-role", "pooling",
+    "listen",
     "templates", "webhook-secret", "provider", "resend-key", "sending-domain", "stripe-key",
     "stripe-webhook",
 ]  # fmt: skip
@@ -242,15 +243,18 @@ def test_a_transaction_pooler_without_its_settings_fails_listen(
     healthy: dict[str, str], pgbouncer: PgBouncer, direct_database_url: str, capsys: Any
 ) -> None:
     """DATABASE_URL through PgBouncer (transaction mode) but RECEIPTS_DATABASE_POOLING not
-    set: a NOTIFY never reaches the LISTEN, so `listen` fails and says what to set;
+    set: `pooling` sees two transactions of one connection on two server processes, a
+    NOTIFY never reaches the LISTEN, so both fail and say what to set;
     with the pooling setting it passes (polling), and with DATABASE_DIRECT_URL too."""
     pooled = {**healthy, "DATABASE_URL": pgbouncer.url_for(direct_database_url)}
     pooled.pop("DATABASE_DIRECT_URL", None)
     pooled.pop("RECEIPTS_DATABASE_POOLING", None)
     _, checks = doctor(pooled, capsys)
     assert "RECEIPTS_DATABASE_POOLING=transaction" in failed(checks)["listen"]
+    assert "goes through a transaction pooler" in failed(checks)["pooling"]
     _, checks = doctor({**pooled, "RECEIPTS_DATABASE_POOLING": "transaction"}, capsys)
     assert checks["listen"][0] and "polls instead of being woken" in checks["listen"][1]
+    assert checks["pooling"] == (True, "a transaction pooler, as the setting says")
     direct = {**pooled, "RECEIPTS_DATABASE_POOLING": "transaction"}
     _, checks = doctor({**direct, "DATABASE_DIRECT_URL": direct_database_url}, capsys)
     assert failed(checks) == {}

@@ -7,8 +7,11 @@ stored bytes (docs/architecture.md, "The frozen payload and the fingerprint").
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -235,3 +238,53 @@ def test_credit_paid_and_out_of_band_invoices_each_get_one_receipt(
     assert "ACME-0064 for $10.00 was paid from your credit balance." in texts[credit]
     assert "ACME-0065 for $108.00 was marked as paid by Acme Tools, Inc.\n" in texts[marked]
     assert {stored(db, key)["status"] for key in (credit, marked)} == {"sent"}
+
+
+RENDER_IN_ANOTHER_PROCESS = """
+import json, sys
+from receipts.config import load_settings
+from receipts.delivery.first_render import payload_renderer
+key, render_input = json.load(sys.stdin)
+settings = load_settings({**json.loads(sys.argv[1])})
+print(json.dumps(payload_renderer(settings)(key, render_input)))
+"""
+
+
+def test_the_pdf_is_the_same_bytes_across_a_crash_and_replay(
+    client: FlaskClient, db: DB, fake: FakeProviderClient, worker_settings: Settings
+) -> None:
+    """RECEIPTS_ATTACH_PDF: a worker process that rendered the row and died before the
+    freeze, the worker that claims it next, and the retry after a 500 all carry the same
+    PDF bytes; the retry sends exactly the frozen payload."""
+    settings = replace(worker_settings, attach_pdf=True)
+    key = deliver(client, stripe_events.event(stripe_events.invoice(id="in_1PdfCrash")))
+    render_input = stored(db, key)["render_input"]
+    environment = {
+        "DATABASE_URL": settings.database_url,
+        "RESEND_API_KEY": "re_test",
+        "EMAIL_FROM": "Billing <billing@example.com>",
+        "RECEIPTS_ATTACH_PDF": "true",
+    }
+    died = subprocess.run(
+        [sys.executable, "-c", RENDER_IN_ANOTHER_PROCESS, json.dumps(environment)],
+        input=json.dumps([key, render_input]),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    [rendered_before_the_crash] = json.loads(died.stdout)["attachments"]
+    assert stored(db, key)["payload"] is None  # it died before the freeze
+
+    fake.script({"status": 500, "name": "internal_server_error"})
+    assert work(settings).retried == 1
+    frozen = stored(db, key)
+    [attached] = frozen["payload"]["attachments"]
+    assert attached == rendered_before_the_crash
+    assert attached["filename"] == "receipt-" + render_input["invoice"]["number"] + ".pdf"
+    assert base64.b64decode(attached["content"]).startswith(b"%PDF-")
+
+    db.execute("UPDATE email_outbox SET available_at = now() WHERE message_key = %s", (key,))
+    assert work(settings).sent == 1
+    [delivery] = fake.deliveries()
+    assert delivery["body"] == frozen["payload_text"] == stored(db, key)["payload_text"]
+    assert json.loads(delivery["body"])["attachments"] == [rendered_before_the_crash]

@@ -26,7 +26,7 @@ from psycopg.rows import dict_row
 from receipts import queries
 from receipts.cli import main
 from receipts.config import Settings, load_settings
-from receipts.db import Database
+from receipts.db import Database, DatabaseUnavailable
 from receipts.delivery.summary import WorkerSummary
 from receipts.operations import privileges
 from receipts.web import create_app
@@ -62,27 +62,52 @@ def settings_through(pooled_url: str, fake: FakeProviderClient, **more: str) -> 
     )
 
 
+def take_turns(database: Database, rounds: int = 6) -> None:
+    """Two pooled connections taking turns: through PgBouncer they share one server
+    connection, so a statement psycopg prepared through one is the other's too."""
+    statement = queries.load("ingest")["outbox_fingerprint"]
+    with database.autocommit() as first, database.autocommit() as second:
+        for _ in range(rounds):
+            for conn in (first, second):
+                conn.execute(statement, {"key": "platform/test/in_1X/invoice-paid"})
+
+
 def test_prepared_statements_break_behind_pgbouncer_and_the_setting_avoids_them(
     pooled_url: str,
 ) -> None:
-    """Two pooled connections taking turns share one server connection: with psycopg's
-    server-side prepared statements the second finds the first's statement name taken;
-    with RECEIPTS_DATABASE_POOLING=transaction (no prepared statements) all succeed."""
-    statement = queries.load("ingest")["outbox_fingerprint"]
+    """With psycopg's server-side prepared statements the second connection finds the
+    first's statement name taken; with RECEIPTS_DATABASE_POOLING=transaction (no
+    prepared statements) all succeed."""
+    preparing = Database(pooled_url, max_size=2, prepared_statements=True)
+    plain = Database(pooled_url, max_size=2, prepared_statements=False)
+    try:
+        with pytest.raises(DatabaseUnavailable) as refused:
+            take_turns(preparing)
+        assert isinstance(refused.value.__cause__, psycopg.errors.DuplicatePreparedStatement)
+        take_turns(plain)
+    finally:
+        preparing.close()
+        plain.close()
 
-    def take_turns(prepared: bool) -> None:
-        database = Database(pooled_url, max_size=2, prepared_statements=prepared)
-        try:
-            with database.autocommit() as first, database.autocommit() as second:
-                for _ in range(6):
-                    for conn in (first, second):
-                        conn.execute(statement, {"key": "platform/test/in_1X/invoice-paid"})
-        finally:
-            database.close()
 
-    with pytest.raises(psycopg.errors.DuplicatePreparedStatement):
-        take_turns(prepared=True)
-    take_turns(prepared=False)
+def test_a_pool_that_finds_a_pooler_stops_preparing_and_says_what_to_set(
+    pooled_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """RECEIPTS_DATABASE_POOLING unset behind PgBouncer: the borrow that meets the clash
+    is unavailable (a webhook answers 503 and Stripe sends it again), the log names the
+    setting once, and every later borrow works on the same pool."""
+    database = Database(pooled_url, max_size=2, prepared_statements=True)
+    try:
+        with caplog.at_level(logging.WARNING, logger="receipts.db"):
+            with pytest.raises(DatabaseUnavailable) as refused:
+                take_turns(database)
+            assert refused.value.reason == "pooler_prepared_statements"
+            for _ in range(3):
+                take_turns(database, rounds=10)
+    finally:
+        database.close()
+    [warning] = [r.getMessage() for r in caplog.records if r.name == "receipts.db"]
+    assert "RECEIPTS_DATABASE_POOLING=transaction" in warning
 
 
 def test_concurrent_webhooks_are_ingested_through_pgbouncer(

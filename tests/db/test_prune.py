@@ -8,6 +8,7 @@ from typing import Any
 import psycopg
 import pytest
 from flask.testing import FlaskClient
+from psycopg.types.json import Jsonb
 
 from receipts.cli import main
 from tests import stripe_events
@@ -15,6 +16,20 @@ from tests.stripe_events import TEST_SECRET, encode, sign
 
 Row = dict[str, Any]
 Db = psycopg.Connection[Row]
+
+
+# A frozen email with the receipt's PDF (RECEIPTS_ATTACH_PDF): pruning a sent row's
+# payload drops its attachment with it.
+FROZEN_WITH_PDF = {
+    "to": ["a@example.com"],
+    "attachments": [
+        {
+            "filename": "receipt-A-1.pdf",
+            "content": "JVBERi0xLjMK",
+            "content_type": "application/pdf",
+        }
+    ],
+}
 
 
 def add_receipt(db: Db, key: str, status: str, days_ago: float, *, attempts: int = 1) -> None:
@@ -26,7 +41,7 @@ def add_receipt(db: Db, key: str, status: str, days_ago: float, *, attempts: int
                 fingerprint, payload, status, review_reason, attempts, created_at,
                 sent_at, lease_token, locked_until, provider_id)
            VALUES (%(key)s, 'invoice-paid', 'platform', false, %(invoice)s, 'evt_x', 'sha256:x',
-                   '{"to": ["a@example.com"]}', %(status)s, %(reason)s, %(attempts)s,
+                   %(payload)s, %(status)s, %(reason)s, %(attempts)s,
                    now() - make_interval(days => %(days)s::int) - interval '1 hour',
                    CASE WHEN %(status)s = 'sent'
                         THEN now() - make_interval(days => %(days)s::int) END,
@@ -40,6 +55,7 @@ def add_receipt(db: Db, key: str, status: str, days_ago: float, *, attempts: int
             "attempts": attempts,
             "days": days_ago,
             "lease": lease,
+            "payload": Jsonb(FROZEN_WITH_PDF),
         },
     )
     for number in range(1, attempts + 1):
@@ -112,7 +128,7 @@ def test_prune_drops_details_and_old_keys_and_nothing_unfinished(
     aged: Db, database_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Defaults (keys 400 d, details 30 d): a 500-day-old sent row goes whole; a
-    40-day-old one loses its attempts and frozen email but keeps its key; recent
+    40-day-old one loses its attempts and frozen email (its PDF too) but keeps its key; recent
     rows and every pending, processing or review row keep everything."""
     assert prune(database_url) == 0
     assert (

@@ -64,6 +64,11 @@ SAMPLE_PARAMETERS: dict[str, Any] = {
     "legacy_fingerprint": "sha256:sample",
     "payload": Jsonb({"to": ["jenny.rosen@example.com"]}),
     "render_input": None,
+    "copy_key": "platform/test/in_1Sample/invoice-paid-copy",
+    "copy_purpose": "invoice-paid-copy",
+    "copy_fingerprint": "v2:sha256:copy",
+    "copy_render_input": None,
+    "copy_to": "books@example.com",
     "rendered": Jsonb(
         [
             {
@@ -165,10 +170,12 @@ def changed_rows(url: str, statement: str, params: tuple[Any, ...] = ()) -> int:
 def test_web_role_ingests_a_webhook_but_cannot_change_or_delete_rows(
     roles: dict[str, str], environ: dict[str, str], db: Db
 ) -> None:
-    """The real ingest path runs as <prefix>_web (event, row, redelivery count, metrics);
+    """The real ingest path runs as <prefix>_web (event, row and its copy for the books,
+    redelivery count, metrics);
     UPDATE of status or payload, DELETE, and reading the frozen email are refused."""
     web_url = roles["web"]
-    app = create_app(load_settings({**environ, "DATABASE_URL": web_url}))
+    copying = {"RECEIPTS_COPY_TO": "books@shop.example"}
+    app = create_app(load_settings({**environ, "DATABASE_URL": web_url, **copying}))
     try:
         client = app.test_client()
         event = stripe_events.event(stripe_events.invoice(id="in_1LeastPriv"))
@@ -193,6 +200,8 @@ def test_web_role_ingests_a_webhook_but_cannot_change_or_delete_rows(
         app.extensions["receipts"].database.close()
     key = "platform/test/in_1LeastPriv/invoice-paid"
     assert row(db, key)["status"] == "pending"
+    # its copy for the books, inserted by the same statement, passes the same policy
+    assert row(db, key + "-copy")["customer_email"] == "books@shop.example"
     # A receipt without an address keeps the invoice it would be rendered from.
     waiting = row(db, "platform/test/in_1NoAddress/invoice-paid")
     assert waiting["review_reason"] == "missing_customer_email" and waiting["payload"] is None
@@ -595,7 +604,8 @@ def test_the_worker_fills_a_missing_email_only_for_the_rows_customer(
 ) -> None:
     """A row the webhook stored without its email gets one at its first claim; the
     worker role cannot make that email go to anyone but the row's customer_email, nor
-    give it cc, bcc, headers or a tag other than its key's."""
+    give it cc, bcc, headers, a tag other than its key's, or attachments other than the
+    receipt's one PDF (RECEIPTS_ATTACH_PDF)."""
     key = insert_row(db, "in_1Unrendered")
     db.execute(
         "UPDATE email_outbox SET payload = NULL, render_input = '{}', "
@@ -612,6 +622,7 @@ def test_the_worker_fills_a_missing_email_only_for_the_rows_customer(
         {**email, "headers": {"X-Phish": "1"}},
         {**email, "tags": [*tag, {"name": "campaign", "value": "phish"}]},
         {**email, "tags": [{"name": "message_key", "value": "platform_test_in_1Other_x"}]},
+        *({**email, "attachments": forged} for forged in forged_attachments()),
     ):
         assert refused(
             roles["worker"],
@@ -622,10 +633,33 @@ def test_the_worker_fills_a_missing_email_only_for_the_rows_customer(
         changed_rows(
             roles["worker"],
             "UPDATE email_outbox SET payload = %s, render_input = NULL WHERE message_key = %s",
-            (Jsonb({**email, "reply_to": "help@shop.example"}), key),
+            (Jsonb({**email, "reply_to": "help@shop.example", "attachments": [PDF]}), key),
         )
         == 1
     )
+
+
+PDF = {
+    "filename": "receipt-SAMPLE-0001.pdf",
+    "content": "JVBERi0xLjQK",
+    "content_type": "application/pdf",
+}
+
+
+def forged_attachments() -> list[object]:
+    """Attachments the worker role cannot put in an email: not one PDF of bounded size."""
+    return [
+        [PDF, PDF],
+        [],
+        PDF,
+        [{**PDF, "filename": "invoice.exe"}],
+        [{**PDF, "filename": "receipt-../../x.pdf"}],
+        [{**PDF, "content_type": "text/html"}],
+        [{**PDF, "path": "https://attacker.example/malware.pdf"}],
+        [{key: value for key, value in PDF.items() if key != "content"}],
+        [{**PDF, "content": "<script>"}],
+        [{**PDF, "content": "A" * (2 * 1024 * 1024 + 4)}],
+    ]
 
 
 def test_worker_role_writes_only_its_columns_of_rows_on_their_way(

@@ -29,6 +29,7 @@ from tests.helpers import ManualClock, wait_for
 from tests.outbox_states import insert_pending
 from tests.outbox_states import row as outbox_row
 from tests.stripe_events import TEST_SECRET, encode, sign
+from tests.tcp_proxy import proxy_to, through_proxy
 from tests.worker_runs import API_KEY, patient, work, work_in_background
 
 Row = dict[str, Any]
@@ -439,6 +440,45 @@ def test_a_lost_lease_is_counted_and_never_overwrites_the_new_holder(
     [attempt] = attempts(db, key)
     assert (attempt["outcome"], attempt["http_status"]) == ("lease_lost", 200)
     assert attempt["provider_id"] == fake.deliveries()[0]["id"]
+
+
+def test_an_answer_the_database_could_not_take_is_written_once_it_is_back(
+    db: DB,
+    fake: FakeProviderClient,
+    worker_settings: Settings,
+    database_url: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The provider accepted the email, then the database path went away before the
+    answer was written: the recorder tries again while the lease holds, so the row is
+    sent with the provider's id, not sent a second time after the lease."""
+    [key] = insert_pending(db, 1)
+    proxy = proxy_to(database_url)
+    # a borrow gives up after 1 s, so the recorder's first write fails soon
+    settings = replace(
+        patient(worker_settings),
+        database_url=through_proxy(database_url, proxy),
+        database_timeout=1.0,
+    )
+    fake.script({"hold_answer": "answer"})
+    try:
+        with work_in_background(settings) as result:
+            wait_for(lambda: fake.held("answer") == 1, what="the delivery, its answer held")
+            proxy.refuse(True)
+            proxy.cut()
+            fake.release("answer")
+            wait_for(
+                lambda: any("could not record" in r.getMessage() for r in caplog.records),
+                what="the recorder to fail once",
+            )
+            proxy.refuse(False)
+    finally:
+        proxy.close()
+    assert result[0].sent == 1 and result[0].unrecorded == 0
+    assert result[0].record_retries >= 1
+    row = outbox_row(db, key)
+    assert row["status"] == "sent" and row["provider_id"] == fake.deliveries()[0]["id"]
+    assert fake.stats()["requests"] == 1
 
 
 # --- loop mode and stopping -------------------------------------------------------

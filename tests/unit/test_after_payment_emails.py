@@ -352,3 +352,15 @@ def test_the_samples_render_in_every_language() -> None:
             assert render_payload(REFUND_KEY, render_input, using)["text"]
         for render_input in sample_credit_note_inputs():
             assert render_payload(CREDIT_KEY, render_input, using)["text"]
+
+
+def test_a_copy_for_the_books_goes_to_its_address_with_the_same_content() -> None:
+    customer = refund_email(stored("refund_partial"))
+    copy_input = {**stored("refund_partial"), "copy_to": "books@acme.example"}
+    books = render_payload(REFUND_KEY + "-copy", copy_input, renderer())
+    assert books["to"] == ["books@acme.example"]
+    assert (books["subject"], books["text"], books["html"]) == (
+        customer["subject"],
+        customer["text"],
+        customer["html"],
+    )

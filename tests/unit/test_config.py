@@ -99,6 +99,7 @@ def test_missing_required_setting_names_the_variable(variable: str) -> None:
         ("RECEIPTS_RETRY_CUTOFF_HOURS", "24", "below the provider's 24 h"),
         ("RECEIPTS_PROVIDER_TIMEOUT", "30", "at most 10"),
         ("RECEIPTS_SEND_ZERO_VALUE", "maybe", "true or false"),
+        ("RECEIPTS_ATTACH_PDF", "pdf", "true or false"),
         ("RECEIPTS_LOCALE", "xx_NOPE", "unknown locale"),
         ("LOG_FORMAT", "xml", "one of"),
         ("RECEIPTS_METRICS_PORT", "nine", "a port"),

@@ -3,6 +3,7 @@ and the RFC 5322 message both the SMTP send and the ``.eml`` sink write."""
 
 from __future__ import annotations
 
+import base64
 import email
 import email.policy
 import hashlib
@@ -41,6 +42,15 @@ def payload(**overrides: object) -> bytes:
     return json.dumps(document).encode()
 
 
+# The receipt's PDF (RECEIPTS_ATTACH_PDF) as the payload stores it: Resend's shape.
+PDF = b"%PDF-1.3\n" + bytes(range(256)) + "領収書".encode()
+ATTACHMENT = {
+    "filename": "receipt-ABC-0001.pdf",
+    "content": base64.b64encode(PDF).decode(),
+    "content_type": "application/pdf",
+}
+
+
 @pytest.fixture
 def fake() -> Iterator[FakePostmarkClient]:
     with running_fake_postmark(token=TOKEN) as client:
@@ -76,6 +86,18 @@ def test_postmark_send_carries_the_key_as_metadata_and_is_found_by_it(
     assert found.provider_id == delivery["id"]
     other = provider.look_up(KEY + "-other", payload(), since=datetime.now(UTC), deadline=soon())
     assert other.found is False and other.error is None
+
+
+def test_postmark_gets_the_pdf_as_name_content_and_content_type(fake: FakePostmarkClient) -> None:
+    assert postmark(fake.url).send(KEY, payload(attachments=[ATTACHMENT])).accepted
+    [delivery] = fake.deliveries()
+    [attached] = json.loads(delivery["body"])["Attachments"]
+    assert attached == {
+        "Name": "receipt-ABC-0001.pdf",
+        "Content": ATTACHMENT["content"],
+        "ContentType": "application/pdf",
+    }
+    assert base64.b64decode(attached["Content"]) == PDF
 
 
 def test_a_send_on_another_stream_is_searched_for_in_that_stream(
@@ -204,6 +226,35 @@ def test_smtp_logs_in_and_sends_with_the_message_id_from_the_key(smtp: SmtpServe
         "billing@shop.example", ["jenny.rosen@example.com"]
     )  # fmt: skip
     assert smtp_reaction(answer).reaction == "sent"
+
+
+def test_smtp_sends_the_pdf_as_an_attachment_around_text_and_html(smtp: SmtpServer) -> None:
+    answer = smtp_provider(smtp.url("s3cret")).send(KEY, payload(attachments=[ATTACHMENT]))
+    [received] = smtp.messages
+    assert answer.accepted
+    message = received.message
+    assert message.get_content_type() == "multipart/mixed"
+    [alternative, attached] = message.iter_parts()
+    assert alternative.get_content_type() == "multipart/alternative"
+    assert attached.get_content_type() == "application/pdf"
+    assert attached.get_filename() == "receipt-ABC-0001.pdf"
+    assert attached.get_content() == PDF
+    body = message.get_body(("plain",))
+    assert body is not None and body.get_content().strip() == "Thanks for your payment."
+
+
+@pytest.mark.parametrize(
+    "attachments",
+    [
+        [ATTACHMENT, ATTACHMENT],
+        [{**ATTACHMENT, "filename": "invoice.exe"}],
+        [{**ATTACHMENT, "content_type": "text/html"}],
+        [{**ATTACHMENT, "content": "not base64!"}],
+    ],
+)
+def test_a_message_with_another_attachment_is_not_built(attachments: object) -> None:
+    with pytest.raises(ValueError, match="attachment"):
+        build_email(KEY, payload(attachments=attachments))
 
 
 def test_smtp_wrong_password_is_a_configuration_error_naming_smtp_url(smtp: SmtpServer) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import email
 import email.policy
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -52,6 +53,48 @@ def test_eml_is_a_whole_message_with_both_parts(capsys: pytest.CaptureFixture[st
     html = message.get_body(("html",))
     assert text is not None and "Amount paid: $49.00" in text.get_content()
     assert html is not None and "$49.00" in html.get_content()
+
+
+def test_pdf_is_written_to_the_output_file_in_the_receipts_language(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """--format pdf: the PDF RECEIPTS_ATTACH_PDF would attach, written to --output."""
+    target = tmp_path / "receipt.pdf"
+    path = str(EXAMPLES / "invoice_paid_jpy.json")
+    code, out, err = preview(
+        [path, "--format", "pdf", "--locale", "ja_JP", "--output", str(target)], capsys
+    )
+    assert code == 0 and out == "" and str(target) in err
+    pdf = target.read_bytes()
+    assert pdf.startswith(b"%PDF-")
+    text = subprocess.run(
+        ["pdftotext", "-layout", "-", "-"], input=pdf, capture_output=True, check=True
+    ).stdout.decode()
+    assert "お支払い金額" in text and "40,400" in text
+
+
+def test_pdf_is_not_written_to_a_terminal(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("sys.stdout.isatty", lambda: True)
+    code, out, err = preview([str(EXAMPLES / "invoice_paid.json"), "--format", "pdf"], capsys)
+    assert code == 1 and out == ""
+    assert "--format pdf writes a binary file: give --output FILE" in err
+
+
+def test_an_eml_carries_the_pdf_when_receipts_attach_pdf_is_true(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, out, _ = preview(
+        [str(EXAMPLES / "invoice_paid.json"), "--format", "eml"],
+        capsys,
+        RECEIPTS_ATTACH_PDF="true",
+    )
+    assert code == 0
+    message = email.message_from_string(out, policy=email.policy.default)
+    [attached] = message.iter_attachments()
+    assert attached.get_filename() == "receipt-ACME-0042.pdf"
+    assert attached.get_content().startswith(b"%PDF-")
 
 
 def test_stdin_and_the_configured_templates(
@@ -187,3 +230,8 @@ def test_a_credit_note_that_would_not_add_up_needs_review(
     assert err.startswith("receipts preview: needs review: receipt_does_not_add_up: usd: lines")
     code, _, err = preview(["--kind", "refund", str(path)], capsys)
     assert (code, err.strip()) == (1, f"receipts preview: {path}: not the render input of a refund")
+
+
+def test_a_pdf_is_previewed_for_receipts_only(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = preview(["--kind", "refund", "--format", "pdf"], capsys)
+    assert code == 1 and "only a receipt has a PDF" in err

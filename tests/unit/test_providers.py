@@ -7,6 +7,7 @@ headers; each is sent for real and decided by the table of
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import email
 import email.policy
@@ -65,6 +66,25 @@ def test_accepted_send_returns_the_provider_id_and_delivers_the_exact_bytes(
     assert answer.accepted and answer.http_status == 200
     assert answer.provider_id == delivery["id"]
     assert delivery["key"] == KEY and delivery["body"].encode() == body
+
+
+def test_resend_gets_the_pdf_attachment_as_stored(fake: FakeProviderClient) -> None:
+    """Resend's own shape (filename, base64 content, content_type): the bytes as frozen."""
+    pdf = b"%PDF-1.3\n" + bytes(range(256))
+    attached = {
+        "filename": "receipt-ABC-0001.pdf",
+        "content": base64.b64encode(pdf).decode(),
+        "content_type": "application/pdf",
+    }
+    body = payload(attachments=[attached])
+    assert resend(fake.url).send(KEY, body).accepted
+    [delivery] = fake.deliveries()
+    assert delivery["body"].encode() == body
+    [arrived] = json.loads(delivery["body"])["attachments"]
+    assert base64.b64decode(arrived["content"], validate=True) == pdf
+    missing = payload(attachments=[{"filename": "receipt-x.pdf"}])
+    refused = resend(fake.url).send(KEY + "-2", missing)
+    assert refused.http_status == 422 and refused.error == "invalid_attachment"
 
 
 def test_same_key_and_body_replays_the_first_answer_without_a_new_delivery(
@@ -347,6 +367,21 @@ def test_file_sink_writes_one_rfc5322_message_per_key(tmp_path: Path) -> None:
     assert message["X-Receipts-Message-Key"] == KEY
     assert message.get_body(("plain",)).get_content().strip() == "Thanks for your payment."  # type: ignore[union-attr]
     assert "<p>Thanks" in message.get_body(("html",)).get_content()  # type: ignore[union-attr]
+
+
+def test_file_sink_writes_the_pdf_attachment(tmp_path: Path) -> None:
+    pdf = b"%PDF-1.3\n" + bytes(range(256))
+    attached = {
+        "filename": "receipt-ABC-0001.pdf",
+        "content": base64.b64encode(pdf).decode(),
+        "content_type": "application/pdf",
+    }
+    assert FileSinkProvider(tmp_path / "mail").send(KEY, payload(attachments=[attached])).accepted
+    [written] = (tmp_path / "mail").glob("*.eml")
+    message = email.message_from_bytes(written.read_bytes(), policy=email.policy.default)
+    [part] = message.iter_attachments()
+    assert part.get_filename() == "receipt-ABC-0001.pdf"
+    assert part.get_content() == pdf
 
 
 def test_file_sink_is_idempotent_per_key(tmp_path: Path) -> None:

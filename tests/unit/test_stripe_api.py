@@ -6,6 +6,8 @@ from __future__ import annotations
 import logging
 import subprocess
 import sys
+import time
+import types
 from collections.abc import Iterator
 
 import pytest
@@ -251,6 +253,25 @@ def test_every_line_is_fetched_when_the_payload_was_cut_short(fake: FakeStripeCl
     assert sum(line["amount"] for line in all_lines) == 23000
     assert len(enriched.invoice["lines"]["data"]) == 10
     assert len([r for r in fake.requests() if r["path"].endswith("/lines")]) == 3
+
+
+def test_the_time_budget_stops_the_lines_between_pages(
+    fake: FakeStripeClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """5,000 lines on a slow API must not hold a webhook for 50 pages: once the budget is
+    spent (a clock past it after the first page) no further page is asked for, the look-up
+    counts as skipped, and the receipt goes with the payload's own lines."""
+    invoice = objects.invoice(lines=230, shown_lines=10, amount=23000)
+    fake.add(invoices=[invoice])
+    deadline = time.monotonic() + 60
+    late = types.SimpleNamespace(monotonic=lambda: deadline + 1)
+    monkeypatch.setattr("receipts.stripe_api.client.time", late)
+    before = lookups("lines", "skipped")
+    enriched = enrich(api(fake), {k: v for k, v in invoice.items() if k != "_all_lines"},
+                      Scope(), deadline=deadline)  # fmt: skip
+    assert enriched.facts.all_lines is None
+    assert len([r for r in fake.requests() if r["path"].endswith("/lines")]) == 1
+    assert lookups("lines", "skipped") == before + 1
 
 
 def test_the_customers_email_fills_a_snapshot_without_one(fake: FakeStripeClient) -> None:

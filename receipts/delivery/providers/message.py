@@ -1,7 +1,9 @@
 """A frozen payload as an RFC 5322 message: what SMTP sends and the ``.eml`` sink writes.
 
 :func:`build_email` writes the stored JSON (``from``, ``to``, ``subject``,
-``text``, ``html``, ``reply_to``) as headers and a text + HTML body, with:
+``text``, ``html``, ``reply_to``) as headers and a text + HTML body, and the
+receipt's PDF (``attachments``, ``RECEIPTS_ATTACH_PDF``) as a MIME attachment
+around them (multipart/mixed), with:
 
 * ``Message-ID`` derived from the message key (:func:`message_id`),
   ``<sha256(key)[:32]@domain of the sender>``: the same on every attempt, so
@@ -18,12 +20,16 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
 import email.policy
 import email.utils
 import hashlib
 import re
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.message import EmailMessage
+from typing import Any
 
 from receipts.addresses import AddressError, parse_mailbox
 from receipts.delivery.answers import json_object
@@ -31,6 +37,8 @@ from receipts.delivery.answers import json_object
 MESSAGE_KEY_HEADER = "X-Receipts-Message-Key"
 # Where a sender has no usable domain (it never has: EMAIL_FROM is checked).
 FALLBACK_DOMAIN = "receipts.invalid"
+# The one attachment a payload may carry (sql/roles/least_privilege.sql says the same).
+_FILENAME = re.compile(r"receipt-[A-Za-z0-9._-]+\.pdf")
 # The language tag of the HTML part's root element (BCP 47 letters, digits, hyphens).
 _HTML_LANG = re.compile(
     r"<html[^>]*?\slang=\"([A-Za-z]{2,8}(?:-[A-Za-z0-9]{1,8})*)\"", re.IGNORECASE
@@ -89,11 +97,43 @@ def build_email(
     message.set_content(str(document.get("text", "")))
     if document.get("html"):
         message.add_alternative(str(document["html"]), subtype="html")
+    for attached in attachments(document):
+        # multipart/mixed around the text + HTML alternative
+        message.add_attachment(
+            attached.content, maintype="application", subtype="pdf", filename=attached.filename
+        )
     # After the body: set_content clears every Content-* header it finds.
     language = content_language(str(document.get("html") or ""))
     if language:
         message["Content-Language"] = language
     return message
+
+
+@dataclass(frozen=True)
+class Attachment:
+    filename: str
+    content: bytes
+
+
+def attachments(document: dict[str, Any]) -> list[Attachment]:
+    """The payload's PDF attachment (``RECEIPTS_ATTACH_PDF``), decoded; ValueError if it is
+    not one PDF named ``receipt-….pdf`` in base64."""
+    found = document.get("attachments")
+    if found is None:
+        return []
+    if not isinstance(found, list) or len(found) != 1 or not isinstance(found[0], dict):
+        raise ValueError("payload attachments are not one item")
+    item = found[0]
+    filename = item.get("filename")
+    if not isinstance(filename, str) or not _FILENAME.fullmatch(filename):
+        raise ValueError("payload attachment is not named receipt-….pdf")
+    if item.get("content_type") != "application/pdf" or not isinstance(item.get("content"), str):
+        raise ValueError("payload attachment is not a PDF")
+    try:
+        content = base64.b64decode(item["content"], validate=True)
+    except binascii.Error:
+        raise ValueError("payload attachment is not base64") from None
+    return [Attachment(filename=filename, content=content)]
 
 
 def content_language(html: str) -> str | None:

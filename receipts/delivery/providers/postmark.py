@@ -88,8 +88,11 @@ def postmark_body(message_key: str, payload: bytes, message_stream: str) -> byte
 
 
 def _attachment(item: dict[str, Any]) -> dict[str, str]:
+    """Resend's ``filename``/``content``/``content_type`` as Postmark's Name/Content/ContentType."""
     name = str(item.get("filename", "attachment"))
-    kind = "application/pdf" if name.lower().endswith(".pdf") else "application/octet-stream"
+    kind = item.get("content_type")
+    if not isinstance(kind, str) or not kind:
+        kind = "application/pdf" if name.lower().endswith(".pdf") else "application/octet-stream"
     return {"Name": name, "Content": str(item.get("content", "")), "ContentType": kind}
 
 

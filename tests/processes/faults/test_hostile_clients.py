@@ -201,7 +201,7 @@ def test_bodies_trickled_a_byte_at_a_time_are_cut_at_the_body_timeout(
     assert waited > 1.5  # not cut before the body timeout
 
 
-def test_the_web_process_opens_no_control_socket(
+def test_the_web_process_opens_no_control_socket_and_does_not_name_its_server(
     database_url: str, start_gunicorn: type[Gunicorn]
 ) -> None:
     """Recent gunicorn listens on a control socket (gunicorn.ctl) that
@@ -213,3 +213,5 @@ def test_the_web_process_opens_no_control_socket(
     unix = [c for c in master.net_connections(kind="unix") if c.laddr]
     assert unix == [], unix
     assert not (Path.home() / ".gunicorn").exists()
+    # nor does it tell who serves it, and in which version
+    assert requests.get(server.url + "/healthz", timeout=10).headers["Server"] == "receipts"

@@ -41,7 +41,7 @@ from tests.helpers import wait_for
 from tests.outbox_states import insert_pending
 from tests.real_processes import finish, start_worker, worker_environ
 from tests.stripe_events import encode
-from tests.tcp_proxy import TcpProxy, through_proxy
+from tests.tcp_proxy import TcpProxy, Verdict, through_proxy
 
 Row = dict[str, Any]
 Db = psycopg.Connection[Row]
@@ -358,3 +358,29 @@ def test_racing_worker_processes_request_every_key_once(
     assert_nothing_lost_nothing_doubled(db, fake_provider, keys)
     sent_by_each = [int(out.split("sent=")[1].split()[0]) for _, out, _ in results]
     assert sum(sent_by_each) == 2000
+
+
+@pytest.mark.slow
+def test_max_seconds_bounds_a_run_whose_database_path_hangs(
+    db: Db, db_proxy: TcpProxy, fake_provider: FakeProviderClient, proxied_environ: dict[str, str]
+) -> None:
+    """A cron run with --max-seconds 1 whose database path stalls in its first claim
+    (bytes ACKed, never answered): it exits 1 with one line saying why, soon after
+    the bound (max + one send's timeouts + 2 s), instead of waiting on the path (the
+    red team's run was still there after 62 s). Marked slow: it waits out the bound."""
+    insert_pending(db, 1, prefix="in_1Hang")
+    db_proxy.on_client_bytes(b"WITH expired AS MATERIALIZED", lambda: _stall(db_proxy))
+    environ = {
+        **proxied_environ,
+        "RECEIPTS_PROVIDER_TIMEOUT": "0.5",
+        "RECEIPTS_PROVIDER_CONNECT_TIMEOUT": "0.5",
+    }
+    code, _, err = finish(start_worker(environ, "--max-seconds", "1"), timeout=30)
+    assert code == 1, err
+    assert "past --max-seconds" in err and "Traceback" not in err
+
+
+def _stall(proxy: TcpProxy) -> Verdict:
+    proxy.stall(True)
+    proxy.silence(True)
+    return "forward"

@@ -14,6 +14,14 @@ included): an event the service would not send a receipt for exits 1 and
 says why, and so does one whose receipt would go to review at its first
 claim (``receipt_does_not_add_up``, with the numbers). A thin event
 notification carries no invoice; preview says what to save instead.
+
+``--kind refund`` and ``--kind credit-note`` preview the refund receipt and
+the credit note email: of the built-in sample (no file), or of a file holding
+the render input the service stores for one (``email_outbox.render_input``:
+the ``refund`` or ``credit_note`` object with the ``invoice`` it belongs to,
+as in ``examples/render_input/``). Such an email that would go to review
+(a credit note that does not add up) exits 1 with the numbers, as a receipt
+does.
 """
 
 from __future__ import annotations
@@ -34,8 +42,15 @@ from receipts.receipt.event import MalformedEvent, parse_event
 from receipts.receipt.invoice_values import UnusableInvoice
 from receipts.receipt.payload import render_payload
 from receipts.receipt.rendering import Renderer
+from receipts.receipt.samples import sample_credit_note_inputs, sample_refund_inputs
 
 FORMATS = ("text", "html", "eml", "pdf")
+# --kind: the email to preview, and the render input's own name for it.
+KINDS = {"receipt": None, "refund": "refund", "credit-note": "credit_note"}
+SAMPLE_KEYS = {
+    "refund": "platform/test/in_1Sample/refund-re_1SamplePartial",
+    "credit_note": "platform/test/in_1Sample/credit-note-cn_1SampleFull",
+}
 PREVIEW_FROM = "Receipts preview <receipts-preview@example.com>"
 MAX_EVENT_BYTES = 16 * 1024 * 1024
 THIN_EVENT = "v2.core.event"
@@ -73,7 +88,19 @@ def _as_event(document: Any) -> Any:
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("event", metavar="EVENT.json", help="a saved Stripe event, or - for stdin")
+    parser.add_argument(
+        "event",
+        metavar="EVENT.json",
+        nargs="?",
+        help="a saved Stripe event, or - for stdin; with --kind refund or credit-note, a "
+        "stored render input (default: the built-in sample)",
+    )
+    parser.add_argument(
+        "--kind",
+        choices=tuple(KINDS),
+        default="receipt",
+        help="which email: the receipt of a paid invoice (default), a refund or a credit note",
+    )
     parser.add_argument(
         "--format", choices=FORMATS, default="text", help="what to print (default: text)"
     )
@@ -109,6 +136,11 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         return _refuse(
             "--format pdf writes a binary file: give --output FILE, or redirect standard output"
         )
+    kind = KINDS[args.kind]
+    if kind is not None:
+        return _preview_kind(args, kind, renderer, settings.email_from or PREVIEW_FROM)
+    if args.event is None:
+        return _refuse("name a saved event (EVENT.json, or - for stdin)")
     try:
         decision = derive_receipt(
             parse_event(_as_event(_read_event(args.event))),
@@ -126,7 +158,10 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         payload = render_payload(decision.message_key, decision.render_input, renderer)
     except UnusableInvoice as unusable:  # what the worker's first claim would send to review
         return _refuse(f"needs review: {unusable}")
-    output = _output(args.format, decision.message_key, payload)
+    return _write(args, _output(args.format, decision.message_key, payload))
+
+
+def _write(args: argparse.Namespace, output: bytes) -> int:
     if args.output is not None:
         args.output.write_bytes(output)
         print(f"receipts preview: wrote {args.output} ({len(output)} bytes)", file=sys.stderr)
@@ -134,6 +169,43 @@ def run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         sys.stdout.buffer.write(output)
         sys.stdout.flush()
     return 0
+
+
+def _preview_kind(args: argparse.Namespace, kind: str, renderer: Renderer, sender: str) -> int:
+    """A refund or credit note email, of the sample or of a stored render input."""
+    if args.format == "pdf":
+        return _refuse("--format pdf: only a receipt has a PDF; choose text, html or eml")
+    try:
+        render_input = _render_input(args.event, kind, sender)
+    except (OSError, ValueError) as error:
+        return _refuse(str(error))
+    invoice = render_input.get("invoice")
+    invoice_id = invoice.get("id") if isinstance(invoice, dict) else None
+    document = render_input.get(kind)
+    document_id = document.get("id") if isinstance(document, dict) else None
+    key = SAMPLE_KEYS[kind]
+    if isinstance(invoice_id, str) and isinstance(document_id, str):
+        purpose = "refund-" if kind == "refund" else "credit-note-"
+        key = f"platform/test/{invoice_id}/{purpose}{document_id}"
+    try:
+        payload = render_payload(key, render_input, renderer)
+    except UnusableInvoice as unusable:
+        return _refuse(f"needs review: {unusable}")
+    return _write(args, _output(args.format, key, payload))
+
+
+def _render_input(name: str | None, kind: str, sender: str) -> dict[str, Any]:
+    """The stored input of a refund or credit note email: the file's, else the sample's."""
+    if name is None:
+        samples = sample_refund_inputs() if kind == "refund" else sample_credit_note_inputs()
+        return {**samples[0], "from": sender}
+    document = _read_event(name)
+    if not isinstance(document, dict) or not isinstance(document.get(kind), dict):
+        raise ValueError(f"{name}: not the render input of a {kind.replace('_', ' ')}")
+    if document.get("kind", kind) != kind:
+        raise ValueError(f"{name}: the render input of a {document.get('kind')}, not a {kind}")
+    return {"created": None, "reply_to": None, "api_facts": None, **document,
+            "kind": kind, "from": document.get("from") or sender}  # fmt: skip
 
 
 def _refuse(why: str) -> int:

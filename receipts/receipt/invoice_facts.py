@@ -148,6 +148,16 @@ def read_invoice(
     )
 
 
+def recipient_of(invoice: dict[str, Any]) -> str:
+    """The invoice's ``customer_email``: the recipient of every email about it."""
+    return _recipient(invoice)
+
+
+def paid_at_of(invoice: dict[str, Any], created: int | None) -> int | None:
+    """When the invoice was paid (``status_transitions.paid_at``), else ``created``."""
+    return _paid_at(invoice, created)
+
+
 def _recipient(invoice: dict[str, Any]) -> str:
     email = invoice.get("customer_email")
     if not isinstance(email, str) or not email.strip():

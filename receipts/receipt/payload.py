@@ -6,6 +6,12 @@ stores what the email is made from (``render_input``); the worker calls
 before any send; ``receipts preview`` and ``receipts doctor`` call the same
 function. The payload holds only what the product writes (docs/architecture.md,
 "The frozen payload and the fingerprint").
+
+One function renders every kind of email of an invoice, by the stored
+input's ``kind``: none for the receipt of the paid invoice, ``"refund"`` for
+a refund receipt, ``"credit_note"`` for a credit note. Each goes to the
+invoice's ``customer_email``, in the customer's language, with the same
+payload shape.
 """
 
 from __future__ import annotations
@@ -13,8 +19,10 @@ from __future__ import annotations
 from typing import Any
 
 from receipts.message_keys import provider_tag
-from receipts.receipt.api_facts import api_facts_from_document
+from receipts.receipt.after_payment import CREDIT_NOTE, REFUND, read_credit_note, read_refund
+from receipts.receipt.api_facts import ApiFacts, api_facts_from_document
 from receipts.receipt.invoice_facts import ReceiptFacts, read_invoice
+from receipts.receipt.invoice_values import INVALID_AMOUNTS, UnusableInvoice
 from receipts.receipt.pdf import attachment, receipt_pdf
 from receipts.receipt.rendering import EmailContent, Renderer
 
@@ -27,6 +35,13 @@ def render_payload(key: str, render_input: dict[str, Any], renderer: Renderer) -
     among them: the rows would not add up) or what a template raises if the
     input cannot make an email.
     """
+    kind = render_input.get("kind")
+    if kind == REFUND:
+        return _refund_payload(key, render_input, renderer)
+    if kind == CREDIT_NOTE:
+        return _credit_note_payload(key, render_input, renderer)
+    if kind is not None:
+        raise UnusableInvoice(INVALID_AMOUNTS, detail="unknown kind of email")
     facts = read_render_input(render_input)
     api_facts = api_facts_from_document(render_input.get("api_facts"))
     how = {
@@ -48,6 +63,47 @@ def render_payload(key: str, render_input: dict[str, Any], renderer: Renderer) -
         pdf = receipt_pdf(renderer, facts, **how)
         payload["attachments"] = [attachment(pdf, facts.number, facts.invoice_id)]
     return payload
+
+
+def _refund_payload(key: str, render_input: dict[str, Any], renderer: Renderer) -> dict[str, Any]:
+    """A refund receipt: the refund, where the money goes, the invoice it belongs to."""
+    facts = read_refund(render_input)
+    api_facts = api_facts_from_document(render_input.get("api_facts"))
+    content = renderer.render_refund(
+        facts,
+        locale=renderer.choose_locale(api_facts.preferred_locales),
+        payment_method=api_facts.payment_method or facts.method,
+        sender=render_input["from"],
+    )
+    return _payload_of(content, key, render_input, facts.invoice.to)
+
+
+def _credit_note_payload(
+    key: str, render_input: dict[str, Any], renderer: Renderer
+) -> dict[str, Any]:
+    """A credit note: its lines, its total, how it was settled."""
+    facts = read_credit_note(render_input)
+    api_facts: ApiFacts = api_facts_from_document(render_input.get("api_facts"))
+    content = renderer.render_credit_note(
+        facts,
+        locale=renderer.choose_locale(api_facts.preferred_locales),
+        payment_method=api_facts.payment_method,
+        sender=render_input["from"],
+    )
+    return _payload_of(content, key, render_input, facts.invoice.to)
+
+
+def _payload_of(
+    content: EmailContent, key: str, render_input: dict[str, Any], to: str
+) -> dict[str, Any]:
+    return email_payload(
+        content,
+        key,
+        email_from=render_input["from"],
+        reply_to=render_input.get("reply_to"),
+        # a copy for the books goes to its own address (receipts.receipt.books_copy)
+        to=render_input.get("copy_to") or to,
+    )
 
 
 def read_render_input(render_input: dict[str, Any]) -> ReceiptFacts:

@@ -330,3 +330,13 @@ def _percent_pattern(locale: Locale) -> NumberPattern:
     pattern: NumberPattern = copy.copy(locale.percent_formats[None])
     pattern.frac_prec = (0, 3)
     return pattern
+
+
+def tax_view(found: Tax, money: Money, locale: Locale, _: Gettext) -> AmountView:
+    """A tax row as a receipt labels it ("VAT (19% incl.)"); refunds and credit notes too."""
+    return _tax(found, money, locale, _)
+
+
+def written_quantity(value: Decimal, locale: Locale) -> str:
+    """A quantity as the locale writes it ("2", "1.5", "1,000")."""
+    return _quantity(value, locale)

@@ -1,8 +1,10 @@
 """Render the receipt email (subject, text, HTML) from Jinja templates, in the reader's language.
 
-Templates ship in ``receipts/receipt/templates/invoice_paid/``; a directory named
-by ``RECEIPTS_TEMPLATE_DIR`` may override any of them. Every template is
-compiled, and tried on two sample receipts in the configured locale, when the
+Templates ship in ``receipts/receipt/templates/invoice_paid/`` (the receipt),
+``refund/`` (a refund receipt) and ``credit_note/``; a directory named by
+``RECEIPTS_TEMPLATE_DIR`` may override any of them. Every template is
+compiled, and tried on the sample receipts, refunds and credit notes
+(:mod:`receipts.receipt.samples`) in the configured locale, when the
 :class:`Renderer` is built, which the web process does at start-up: a broken
 template stops the start with one line naming the file and line
 (:class:`~receipts.config.ConfigError`) instead of failing every webhook.
@@ -43,16 +45,32 @@ from babel.dates import format_date
 from jinja2 import Template, TemplateError, TemplateSyntaxError
 
 from receipts.config import ConfigError, Settings
+from receipts.receipt.after_payment import (
+    CREDIT_NOTE,
+    REFUND,
+    CreditNoteFacts,
+    RefundFacts,
+    read_credit_note,
+    read_refund,
+)
+from receipts.receipt.after_payment_views import present_credit_note, present_refund
 from receipts.receipt.api_facts import PaymentMethod
 from receipts.receipt.catalogs import SOURCE_LANGUAGE, catalog_language, load_catalogs, parse_locale
 from receipts.receipt.invoice_facts import ReceiptFacts
 from receipts.receipt.pdf_fonts import registered
 from receipts.receipt.presentation import Contact, ReceiptView, present
-from receipts.receipt.samples import SAMPLE_PAYMENT_METHOD, sample_receipts
+from receipts.receipt.samples import (
+    SAMPLE_PAYMENT_METHOD,
+    sample_credit_note_inputs,
+    sample_receipts,
+    sample_refund_inputs,
+)
 from receipts.receipt.template_env import environment, messages, template_line
 from receipts.receipt.untrusted import one_line
 
 TEMPLATE_FOLDER = "invoice_paid"
+# The folder of each kind of email after the payment (``render_input["kind"]``).
+KIND_FOLDERS = {REFUND: "refund", CREDIT_NOTE: "credit_note"}
 TEMPLATE_NAMES = ("subject.txt", "body.txt", "body.html")
 _PACKAGED = "receipts/receipt/templates"
 # Spaces CLDR writes that a plain-text part shows as ordinary spaces.
@@ -139,7 +157,9 @@ class Renderer:
             for escaped in (False, True)
         }
         self._templates = self._compile()
+        self._kind_templates = {folder: self._compile(folder) for folder in KIND_FOLDERS.values()}
         self._try_every_template()
+        self._try_every_kind()
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Renderer:
@@ -176,16 +196,60 @@ class Renderer:
         when neither the invoice nor RECEIPTS_MERCHANT_NAME does.
         """
         chosen = self._chosen(locale)
-        language = catalog_language(chosen) or SOURCE_LANGUAGE
-        context = self._context(
-            facts, chosen, payment_method, receipt_number, self._contact(sender)
-        )
-        subject = self._render("subject.txt", context, language)
-        text = ascii_spaces(self._render("body.txt", context, language))
+        contact = self._contact(sender)
+        context = self._context(facts, chosen, payment_method, receipt_number, contact)
+        return self._content(self._templates, context, chosen)
+
+    def render_refund(
+        self,
+        facts: RefundFacts,
+        *,
+        locale: str | None = None,
+        payment_method: PaymentMethod | None = None,
+        sender: str | None = None,
+    ) -> EmailContent:
+        """The refund receipt of ``facts``: how much, to which payment method, when."""
+        chosen = self._chosen(locale)
+        context = self._refund_context(facts, chosen, payment_method, self._contact(sender))
+        return self._content(self._kind_templates[KIND_FOLDERS[REFUND]], context, chosen)
+
+    def render_credit_note(
+        self,
+        facts: CreditNoteFacts,
+        *,
+        locale: str | None = None,
+        payment_method: PaymentMethod | None = None,
+        sender: str | None = None,
+    ) -> EmailContent:
+        """The credit note email of ``facts``: the lines credited and how it was settled."""
+        chosen = self._chosen(locale)
+        context = self._credit_note_context(facts, chosen, payment_method, self._contact(sender))
+        return self._content(self._kind_templates[KIND_FOLDERS[CREDIT_NOTE]], context, chosen)
+
+    def _chosen(self, locale: str | None) -> Locale:
+        return self._default if locale is None else parse_locale(locale) or self._default
+
+    def _contact(self, sender: str | None) -> Contact:
+        """The settings' contact; the sender's display name when nothing names the merchant."""
+        contact = self.contact
+        if contact.merchant is None and sender:
+            contact = Contact(
+                merchant=display_name(sender),
+                support_email=contact.support_email,
+                support_url=contact.support_url,
+            )
+        return contact
+
+    def _content(
+        self, templates: dict[str, Template], context: dict[str, Any], locale: Locale
+    ) -> EmailContent:
+        language = catalog_language(locale) or SOURCE_LANGUAGE
+        subject = self._render("subject.txt", context, language, templates)
+        text = ascii_spaces(self._render("body.txt", context, language, templates))
         return EmailContent(
             subject=" ".join(subject.split()),
             text=text.strip() + "\n",
-            html=self._render("body.html", context, language).strip() + "\n",
+            html=self._render("body.html", context, language, templates).strip() + "\n",
         )
 
     def present(
@@ -211,23 +275,15 @@ class Renderer:
         )
         return PresentedReceipt(view=view, locale=chosen, translations=translations)
 
-    def _chosen(self, locale: str | None) -> Locale:
-        return self._default if locale is None else parse_locale(locale) or self._default
-
-    def _contact(self, sender: str | None) -> Contact:
-        """The settings' contact; the sender's display name names a merchant they do not."""
-        contact = self.contact
-        if contact.merchant is None and sender:
-            contact = Contact(
-                merchant=display_name(sender),
-                support_email=contact.support_email,
-                support_url=contact.support_url,
-            )
-        return contact
-
-    def _render(self, name: str, context: dict[str, Any], language: str) -> str:
+    def _render(
+        self,
+        name: str,
+        context: dict[str, Any],
+        language: str,
+        templates: dict[str, Template] | None = None,
+    ) -> str:
         """One template, with its language's messages in the context, escaped for HTML."""
-        template = self._templates[name]
+        template = (self._templates if templates is None else templates)[name]
         messages = self._messages[language, bool(self._autoescape(template.name))]
         return template.render({**context, **messages})
 
@@ -268,19 +324,65 @@ class Renderer:
             "paid_date": _Deferred(lambda: self._paid_date(facts.paid_at, locale)),
         }
 
+    def _refund_context(
+        self,
+        facts: RefundFacts,
+        locale: Locale,
+        payment_method: PaymentMethod | None,
+        contact: Contact,
+    ) -> dict[str, Any]:
+        refund = present_refund(
+            facts,
+            locale=locale,
+            translations=self._catalogs[catalog_language(locale) or SOURCE_LANGUAGE],
+            timezone=self.timezone,
+            payment_method=payment_method,
+            contact=contact,
+        )
+        return {"refund": refund, "locale": str(locale), "language": locale.language}
+
+    def _credit_note_context(
+        self,
+        facts: CreditNoteFacts,
+        locale: Locale,
+        payment_method: PaymentMethod | None,
+        contact: Contact,
+    ) -> dict[str, Any]:
+        note = present_credit_note(
+            facts,
+            locale=locale,
+            translations=self._catalogs[catalog_language(locale) or SOURCE_LANGUAGE],
+            timezone=self.timezone,
+            payment_method=payment_method,
+            contact=contact,
+        )
+        return {"credit_note": note, "locale": str(locale), "language": locale.language}
+
     def _paid_date(self, paid_at: int | None, locale: Locale) -> str:
         if paid_at is None:
             return ""
         return format_date(datetime.fromtimestamp(paid_at, tz=self.timezone), "long", locale=locale)
 
-    def _compile(self) -> dict[str, Template]:
-        if self._template_dir is None:
+    def _compile(self, folder: str = TEMPLATE_FOLDER) -> dict[str, Template]:
+        if self._template_dir is None or not self._overrides(folder):
             # The packaged templates change only with a deploy, which restarts
             # the process: every renderer of the process shares one compilation.
-            compiled, self._autoescape = _packaged_templates()
+            compiled, self._autoescape = _packaged_templates(folder)
             return compiled
-        compiled, self._autoescape = _compiled(self._template_dir, self._error)
+        compiled, self._autoescape = _compiled(self._template_dir, self._error, folder)
         return compiled
+
+    def _overrides(self, folder: str) -> bool:
+        """Whether RECEIPTS_TEMPLATE_DIR overrides a template of ``folder``.
+
+        The receipt's folder is always compiled in the sandbox, as before; a
+        refund or credit note folder the team does not override uses the
+        packaged compilation, which saves its start about 0.3 s.
+        """
+        assert self._template_dir is not None
+        if folder == TEMPLATE_FOLDER:
+            return True
+        return any((self._template_dir / folder / name).is_file() for name in TEMPLATE_NAMES)
 
     def _try_every_template(self) -> None:
         """Render two samples (everything present, everything optional absent) in the locale."""
@@ -295,6 +397,32 @@ class Renderer:
                     problem = f"{type(error).__name__}: {error}"
                     raise self._error(f"{TEMPLATE_FOLDER}/{name}", line, problem) from None
 
+    def _try_every_kind(self) -> None:
+        """Render the sample refunds and credit notes with their templates, in the locale."""
+        language = catalog_language(self._default) or SOURCE_LANGUAGE
+        contexts: list[tuple[str, dict[str, Any]]] = []
+        for render_input in sample_refund_inputs():
+            facts = read_refund(render_input)
+            contexts.append(
+                (REFUND, self._refund_context(facts, self._default, facts.method, self.contact))
+            )
+        for render_input in sample_credit_note_inputs():
+            note = read_credit_note(render_input)
+            method = SAMPLE_PAYMENT_METHOD if note.settlement.refunded else None
+            contexts.append(
+                (CREDIT_NOTE, self._credit_note_context(note, self._default, method, self.contact))
+            )
+        for kind, context in contexts:
+            folder = KIND_FOLDERS[kind]
+            templates = self._kind_templates[folder]
+            for name, template in templates.items():
+                try:
+                    self._render(name, context, language, templates)
+                except Exception as error:  # a template may raise anything
+                    line = template_line(error, template.filename)
+                    problem = f"{type(error).__name__}: {error}"
+                    raise self._error(f"{folder}/{name}", line, problem) from None
+
     def _error(self, path: str, line: int | None, problem: str) -> ConfigError:
         """One line naming the template (and the line) that cannot be used."""
         overridden = self._template_dir is not None and (self._template_dir / path).is_file()
@@ -307,15 +435,18 @@ Autoescape = Callable[[str | None], bool]
 
 
 def _compiled(
-    template_dir: Path | None, error: Callable[[str, int | None, str], ConfigError]
+    template_dir: Path | None,
+    error: Callable[[str, int | None, str], ConfigError],
+    folder: str = TEMPLATE_FOLDER,
 ) -> tuple[dict[str, Template], Autoescape]:
-    """Every template compiled; ``error`` makes the ConfigError for one that cannot be."""
+    """Every template of ``folder`` compiled; ``error`` makes the ConfigError for one that
+    cannot be."""
     env = environment(template_dir)
     autoescape = env.autoescape
     escapes: Autoescape = autoescape if callable(autoescape) else lambda _: bool(autoescape)
     compiled = {}
     for name in TEMPLATE_NAMES:
-        path = f"{TEMPLATE_FOLDER}/{name}"
+        path = f"{folder}/{name}"
         try:
             compiled[name] = env.get_template(path)
         except TemplateSyntaxError as problem:
@@ -326,12 +457,12 @@ def _compiled(
 
 
 @cache
-def _packaged_templates() -> tuple[dict[str, Template], Autoescape]:
+def _packaged_templates(folder: str = TEMPLATE_FOLDER) -> tuple[dict[str, Template], Autoescape]:
     def packaged_error(path: str, line: int | None, problem: str) -> ConfigError:
         where = f"{path} line {line}" if line else path
         return ConfigError(_PACKAGED, f"{where}: {' '.join(problem.split())}")
 
-    return _compiled(None, packaged_error)
+    return _compiled(None, packaged_error, folder)
 
 
 @lru_cache(maxsize=64)

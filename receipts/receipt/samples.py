@@ -6,12 +6,15 @@ custom fields, notes, tax ids, a receipt number), one none of them, and one is
 settled without a charge (marked as paid, with a balance carried and credit
 added): between them they take a template through each branch that depends
 on the data, so a template that cannot render one fails the start, not a
-webhook. Each adds up, as every receipt must.
+webhook. Each adds up, as every receipt must. Likewise two refunds and two
+credit notes, as the render input ingest stores for them, go through the
+refund and credit-note templates: every optional part, and none.
 """
 
 from __future__ import annotations
 
 from decimal import Decimal
+from typing import Any
 
 from receipts.receipt.api_facts import Payment, PaymentMethod, TaxId
 from receipts.receipt.invoice_details import InvoiceDetails
@@ -168,3 +171,116 @@ def _settled_elsewhere() -> ReceiptFacts:
             paid_out_of_band=True,
         ),
     )
+
+
+def _sample_invoice(**changes: Any) -> dict[str, Any]:
+    """The paid invoice a sample refund or credit note belongs to, as the API returns it."""
+    invoice: dict[str, Any] = {
+        "id": "in_1Sample",
+        "object": "invoice",
+        "number": "SAMPLE-0001",
+        "customer_email": "jenny.rosen@example.com",
+        "customer_name": "Jenny Rosen",
+        "account_name": "Sample Shop",
+        "currency": "usd",
+        "amount_paid": 9800,
+        "status": "paid",
+        "status_transitions": {"paid_at": _PAID_AT},
+        "hosted_invoice_url": _URL,
+    }
+    invoice.update(changes)
+    return invoice
+
+
+def _render_input(kind: str, document: dict[str, Any], **invoice: Any) -> dict[str, Any]:
+    return {
+        "kind": kind,
+        kind: document,
+        "invoice": _sample_invoice(**invoice),
+        "created": _PAID_AT + 86400 * 3,
+        "from": "Sample Shop <billing@example.com>",
+        "reply_to": None,
+        "api_facts": None,
+    }
+
+
+def sample_refund_inputs() -> tuple[dict[str, Any], ...]:
+    """A partial refund to a card with a reason; a full one with nothing optional."""
+    partial = _render_input(
+        "refund",
+        {
+            "id": "re_1SamplePartial",
+            "object": "refund",
+            "amount": 4900,
+            "currency": "usd",
+            "created": _PAID_AT + 86400 * 3,
+            "status": "succeeded",
+            "reason": "requested_by_customer",
+            "destination_details": {"type": "card", "card": {"brand": "visa", "last4": "4242"}},
+        },
+    )
+    full = _render_input(
+        "refund",
+        {"id": "re_1SampleFull", "object": "refund", "amount": 1500, "currency": "jpy"},
+        number=None,
+        customer_name=None,
+        account_name=None,
+        currency="jpy",
+        amount_paid=1500,
+        status_transitions=None,
+        hosted_invoice_url=None,
+    )
+    return partial, full
+
+
+def sample_credit_note_inputs() -> tuple[dict[str, Any], ...]:
+    """One with every part (discount, tax, shipping, three ways settled); one with none."""
+    full = _render_input(
+        "credit_note",
+        {
+            "id": "cn_1SampleFull",
+            "object": "credit_note",
+            "number": "SAMPLE-0001-CN-01",
+            "currency": "usd",
+            "created": _PAID_AT + 86400 * 3,
+            "lines": {
+                "data": [
+                    {"description": "Pro", "quantity": 2, "amount": 9800, "discount_amount": 0},
+                    {"description": None, "quantity": 1, "amount": 500, "discount_amount": 0},
+                ],
+                "has_more": False,
+            },
+            "subtotal": 10300,
+            "discount_amount": 1000,
+            "tax_amounts": [{"amount": 930, "inclusive": False, "tax_rate": "txr_1Sample"}],
+            "shipping_cost": {"amount_subtotal": 500},
+            "total": 10730,
+            "amount": 10730,
+            "refunds": [{"refund": "re_1Sample", "amount_refunded": 5000}],
+            "customer_balance_transaction": {"id": "cbtxn_1Sample", "amount": -3000},
+            "out_of_band_amount": 2730,
+            "reason": "product_unsatisfactory",
+            "memo": "Two seats were never used.",
+            "pdf": "https://pay.stripe.com/credit_notes/acct_1Sample/test_Sample/pdf",
+        },
+        amount_paid=12000,
+    )
+    bare = _render_input(
+        "credit_note",
+        {
+            "id": "cn_1SampleBare",
+            "object": "credit_note",
+            "currency": "kwd",
+            "lines": {"data": [], "has_more": True},
+            "subtotal": 12340,
+            "total": 12340,
+            "customer_balance_transaction": "cbtxn_1Sample",
+        },
+        number=None,
+        customer_name=None,
+        account_name=None,
+        currency="kwd",
+        amount_paid=12340,
+        hosted_invoice_url=None,
+    )
+    return full, bare

@@ -1,5 +1,8 @@
 """Every example in every shipped language: no English left but names and numbers.
 
+Receipts (``examples/*.json``) and refund and credit note emails
+(``examples/render_input/*.json``) alike.
+
 The check takes each rendered part, removes every value that comes from the
 invoice or from Babel's locale data (names, descriptions, amounts, dates,
 links, country names), then every piece of that language's own catalog. What
@@ -9,6 +12,7 @@ translate.
 
 from __future__ import annotations
 
+import json
 import re
 from html.parser import HTMLParser
 from typing import Any
@@ -16,6 +20,9 @@ from typing import Any
 import pytest
 from babel.messages.pofile import read_po
 
+from receipts.receipt.after_payment import read_credit_note, read_refund
+from receipts.receipt.after_payment_views import present_credit_note, present_refund
+from receipts.receipt.api_facts import api_facts_from_document
 from receipts.receipt.catalogs import (
     LANGUAGES,
     SOURCE_LANGUAGE,
@@ -24,9 +31,18 @@ from receipts.receipt.catalogs import (
     parse_locale,
 )
 from receipts.receipt.invoice_facts import read_invoice
-from receipts.receipt.presentation import TAX_ID_NAMES, present
+from receipts.receipt.payload import render_payload
+from receipts.receipt.presentation import TAX_ID_NAMES, Contact, present
 from receipts.receipt.rendering import ascii_spaces
-from tests.receipt_examples import VISA, email, example, example_names, invoice_of, renderer
+from tests.receipt_examples import (
+    EXAMPLES,
+    VISA,
+    email,
+    example,
+    example_names,
+    invoice_of,
+    renderer,
+)
 
 TRANSLATED = [language for language in LANGUAGES if language != SOURCE_LANGUAGE]
 PLACEHOLDER = re.compile(r"%\(\w+\)s")
@@ -144,3 +160,54 @@ def test_the_check_finds_english_when_a_catalog_misses_a_message() -> None:
     values = dynamic_values("invoice_paid", "de")
     leaked = payload["text"].replace("Rechnungsnummer", "Invoice number")
     assert LETTER.findall(without(leaked, values, catalog_pieces("de"))) == ["Invoice", "number"]
+
+
+RENDER_INPUTS = EXAMPLES / "render_input"
+
+
+def after_payment_values(render_input: dict[str, Any], language: str) -> list[str]:
+    """What a refund or credit note email takes from Stripe and from Babel, in ``language``."""
+    locale = parse_locale(language)
+    assert locale is not None
+    method = api_facts_from_document(render_input.get("api_facts")).payment_method
+    options: dict[str, Any] = {
+        "locale": locale,
+        "translations": load_catalogs()[language],
+        "timezone": renderer(language).timezone,
+        "payment_method": method,
+        "contact": Contact(),
+    }
+    view: Any
+    if render_input["kind"] == "refund":
+        view = present_refund(read_refund(render_input), **options)
+        values = [view.amount, view.refunded_at]
+    else:
+        view = present_credit_note(read_credit_note(render_input), **options)
+        values = [
+            view.number, view.issued_at, view.memo, view.pdf, view.subtotal, view.discount,
+            view.shipping, view.total, view.refunded, view.credited, view.out_of_band,
+            view.off_invoice, *(line.description for line in view.lines),
+            *(line.amount for line in view.lines), *(line.quantity for line in view.lines),
+            *(tax.amount for tax in (*view.taxes, *view.included_taxes)),
+        ]  # fmt: skip
+    invoice = view.invoice
+    values += [
+        view.merchant, view.customer_name, view.customer_email, invoice.number,
+        invoice.paid_at, invoice.amount_paid, invoice.hosted_invoice_url, view.payment_method,
+    ]  # fmt: skip
+    return sorted({value for value in values if value}, key=len, reverse=True)
+
+
+@pytest.mark.parametrize("language", TRANSLATED)
+@pytest.mark.parametrize("name", sorted(path.stem for path in RENDER_INPUTS.glob("*.json")))
+def test_no_english_is_left_in_refunds_and_credit_notes(name: str, language: str) -> None:
+    """The refund and credit note emails too: only the catalog, names and numbers."""
+    render_input = json.loads((RENDER_INPUTS / f"{name}.json").read_text("utf-8"))
+    render_input["api_facts"]["preferred_locales"] = [language]
+    payload = render_payload("platform/test/in_1/refund-re_1", render_input, renderer())
+    values = after_payment_values(render_input, language)
+    pieces = catalog_pieces(language)
+    for part in ("subject", "text", "html"):
+        text = visible_text(payload[part]) if part == "html" else payload[part]
+        left = LETTER.findall(without(text, values, pieces))
+        assert not left, f"{name} in {language}, {part}: untranslated {left}"

@@ -197,3 +197,41 @@ def test_a_thin_event_says_what_to_preview_instead(
     invoice.write_text(json.dumps(example("invoice_paid")["data"]["object"]))
     code, out, _ = preview([str(invoice)], capsys)
     assert code == 0 and "Amount paid: $49.00" in out
+
+
+def test_a_refund_and_a_credit_note_from_the_samples(capsys: pytest.CaptureFixture[str]) -> None:
+    """--kind without a file renders the built-in sample, with the configured sender."""
+    code, out, _ = preview(["--kind", "refund"], capsys)
+    assert code == 0
+    assert "partial refund of $49.00 of the $98.00 you paid for invoice SAMPLE-0001" in out
+    code, out, _ = preview(["--kind", "credit-note", "--format", "eml"], capsys)
+    message = email.message_from_string(out, policy=email.policy.default)
+    assert code == 0 and message["From"] == "Acme Billing <billing@acme.example>"
+    assert str(message["Subject"]).strip().startswith("Credit note SAMPLE-0001-CN-01 from Sample")
+
+
+def test_a_refund_from_a_stored_render_input(capsys: pytest.CaptureFixture[str]) -> None:
+    path = str(EXAMPLES / "render_input" / "refund_full_sepa.json")
+    code, out, _ = preview(["--kind", "refund", path, "--format", "html"], capsys)
+    assert code == 0 and '<html lang="de">' in out and "49,00" in out
+
+
+def test_a_credit_note_that_would_not_add_up_needs_review(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    document = json.loads(
+        (EXAMPLES / "render_input" / "credit_note_with_refund.json").read_text("utf-8")
+    )
+    document["credit_note"]["subtotal"] = 3000
+    path = tmp_path / "off.json"
+    path.write_text(json.dumps(document))
+    code, out, err = preview(["--kind", "credit-note", str(path)], capsys)
+    assert (code, out) == (1, "")
+    assert err.startswith("receipts preview: needs review: receipt_does_not_add_up: usd: lines")
+    code, _, err = preview(["--kind", "refund", str(path)], capsys)
+    assert (code, err.strip()) == (1, f"receipts preview: {path}: not the render input of a refund")
+
+
+def test_a_pdf_is_previewed_for_receipts_only(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = preview(["--kind", "refund", "--format", "pdf"], capsys)
+    assert code == 1 and "only a receipt has a PDF" in err

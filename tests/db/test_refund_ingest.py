@@ -20,11 +20,13 @@ from flask import Flask
 from flask.testing import FlaskClient
 from psycopg.rows import dict_row
 
+from receipts.commands import timeline_text
 from receipts.config import load_settings
 from receipts.db import Database
 from receipts.ingest.deriving import ReceiptDeriver
 from receipts.ingest.store import IngestResult, ingest
 from receipts.operations.stripe_status import read_stripe_status, stripe_problems
+from receipts.operations.timeline import read_timeline
 from receipts.receipt.event import parse_event
 from receipts.stripe_api.client import StripeApi
 from receipts.web import create_app
@@ -196,6 +198,10 @@ def test_two_partial_refunds_are_two_rows_and_a_charge_naming_both_adds_none(
         (sale.key("refund-re_1PartA"), 500),
         (sale.key("refund-re_1PartB"), 700),
     ]
+    # `receipts show` names the email and the refund's own amount, not the invoice's.
+    shown = timeline_text.render(read_timeline(db, sale.key("refund-re_1PartB"))).splitlines()
+    assert shown[1] == "  email         Refund receipt re_1PartB ($7.00)"
+    assert shown[3].startswith(f"  invoice       {sale.invoice['id']} ({sale.invoice['number']})")
 
 
 def test_a_refund_that_has_not_succeeded_waits_for_the_update_that_says_it_did(

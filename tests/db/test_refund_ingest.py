@@ -301,21 +301,33 @@ def test_what_makes_no_refund_or_credit_note_email_is_recorded_with_its_reason(
 
 
 def test_without_an_api_key_refunds_are_recorded_and_status_says_what_to_set(
-    db: DB, keyless_web: FlaskClient, stripe_api: FakeStripeClient
+    db: DB, keyless_web: FlaskClient, web: FlaskClient, stripe_api: FakeStripeClient
 ) -> None:
     """No STRIPE_API_KEY: the events are stored as ignored (needs_stripe_api_key), with no
-    row, and `receipts status` counts them and names the setting."""
+    row, and `receipts status` counts them and names the setting. Delivered again once a
+    key is set (the Dashboard's resend, `receipts replay`), they make their rows."""
     sale = paid(stripe_api, "Keyless")
     refund = sale.refund("re_1Keyless")
     note = objects.credit_note("cn_1Keyless", sale.invoice["id"])
-    deliver(keyless_web, stripe_events.event(refund, type="refund.created"))
-    deliver(keyless_web, stripe_events.event(note, type="credit_note.created"))
+    events = [
+        stripe_events.event(refund, type="refund.created"),
+        stripe_events.event(note, type="credit_note.created"),
+    ]
+    for event in events:
+        deliver(keyless_web, event)
     assert rows(db) == []
     assert {detail for _, _, detail in event_outcomes(db)} == {"needs_stripe_api_key"}
     status = read_stripe_status(db)
     assert (status.waiting_for_api_key_24h, status.waiting_for_api_key_30d) == (2, 2)
     [problem] = stripe_problems(status, max_pending_age=900)
     assert "STRIPE_API_KEY" in problem and "2 refund or credit-note event(s)" in problem
+
+    for event in events:
+        assert deliver(web, event)["redelivery"] is True
+    assert [row["message_key"] for row in rows(db)] == [
+        sale.key("credit-note-cn_1Keyless"),
+        sale.key("refund-re_1Keyless"),
+    ]
 
 
 def test_stripe_api_unreachable_answers_503_so_stripe_delivers_the_refund_again(

@@ -86,6 +86,25 @@ def copy_purpose(purpose: str) -> str:
     return purpose + COPY_SUFFIX
 
 
+def describe_purpose(purpose: str) -> str:
+    """Which email of the invoice a purpose is, as support reads it.
+
+    ``Receipt``, ``Refund receipt re_…``, ``Credit note cn_…``, each with
+    `` (accounting copy)`` for its copy for the books; an unknown purpose as is.
+    """
+    copy = purpose.endswith(COPY_SUFFIX)
+    own = purpose.removesuffix(COPY_SUFFIX) if copy else purpose
+    if own == INVOICE_PAID:
+        label = "Receipt"
+    elif own.startswith(REFUND_PREFIX):
+        label = f"Refund receipt {own.removeprefix(REFUND_PREFIX)}"
+    elif own.startswith(CREDIT_NOTE_PREFIX):
+        label = f"Credit note {own.removeprefix(CREDIT_NOTE_PREFIX)}"
+    else:
+        return purpose
+    return f"{label} (accounting copy)" if copy else label
+
+
 def resend_key(original: str, number: int) -> str:
     """``<original>/resend-<n>``; InvalidMessageKey past 256 characters."""
     key = f"{resend_prefix(original)}{number}"

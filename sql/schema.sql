@@ -285,3 +285,16 @@ CREATE INDEX console_login_failures_failed_at ON console_login_failures (failed_
 CREATE INDEX stripe_events_review ON stripe_events (first_received_at) WHERE outcome = 'review';
 CREATE INDEX email_outbox_not_delivered ON email_outbox (delivery_status_at)
     WHERE delivery_status IN ('bounced', 'suppressed', 'failed');
+
+-- One email per refund: the refund receipt or the credit note that carries it
+-- claims the refund id with its outbox row; the first to commit owns it.
+CREATE TABLE refund_claims (
+    refund_id   text PRIMARY KEY,
+    message_key text NOT NULL,
+    claimed_at  timestamptz DEFAULT now()
+);
+
+-- `receipts status` counts the refund and credit-note events recorded without
+-- an email because no STRIPE_API_KEY was set.
+CREATE INDEX stripe_events_needs_api_key ON stripe_events (last_received_at)
+    WHERE detail = 'needs_stripe_api_key';

@@ -89,6 +89,7 @@ SERIAL_GROUPS = {
     "tests/processes/faults/": "fault-lab",
     "tests/processes/test_worker_processes.py": "worker-processes",
     "tests/processes/test_decision_stories.py": "decision-stories",
+    "tests/processes/test_refund_processes.py": "refund-processes",
     "tests/processes/test_dev.py": "embedded-servers",
     "tests/processes/test_embedded.py": "embedded-servers",
 }

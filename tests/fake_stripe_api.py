@@ -19,7 +19,10 @@ Rules it keeps, like Stripe:
   most 100) and ``starting_after``; ``GET /v1/events`` filters on ``type``,
   ``types[]``, ``created[gte|gt|lte|lt]`` and ``delivery_success``;
   ``GET /v1/invoices`` on ``status`` and ``created``; ``GET
-  /v1/invoice_payments`` on ``invoice`` and ``status``.
+  /v1/invoice_payments`` on ``invoice`` or ``payment[type]`` with
+  ``payment[payment_intent]`` (Stripe requires one of the two), and ``status``;
+  ``GET /v1/refunds`` on ``charge``; ``GET /v1/credit_notes`` on ``invoice``.
+* ``GET /v1/refunds/{id}`` and ``GET /v1/credit_notes/{id}`` answer one object.
 * ``GET /v1/payment_intents/{id}?expand[0]=latest_charge`` embeds the charge.
 * ``GET /v1/webhook_endpoints`` lists the account's endpoints (``receipts doctor``).
 * ``GET /v1/tax_ids/{id}`` answers an account's tax id (Stripe's Tax ID object:
@@ -29,7 +32,8 @@ Rules it keeps, like Stripe:
 Control API (JSON): ``POST /_state`` ``{"account": "platform", "invoices": [],
 "events": [{"event": {...}, "delivered": false}], "customers": [], "charges": [],
 "payment_intents": [], "invoice_payments": [], "payment_records": [],
-"webhook_endpoints": [], "tax_ids": [], "products": []}`` adds
+"webhook_endpoints": [], "tax_ids": [], "products": [], "refunds": [],
+"credit_notes": []}`` adds
 objects; ``POST /_script`` ``{"answers": [{"status": 500, "path": "/v1/invoices",
 "headers": {"Retry-After": "1"}, "after": 0, "message": "…"}]}`` queues error answers for the next
 requests whose path starts with ``path`` (any path when absent), each once
@@ -58,7 +62,7 @@ Json = dict[str, Any]
 Answer = tuple[int, dict[str, str], Json]
 KINDS = (
     "invoices", "customers", "charges", "payment_intents", "payment_records", "webhook_endpoints",
-    "tax_ids", "products",
+    "tax_ids", "products", "refunds", "credit_notes",
 )  # fmt: skip
 
 
@@ -134,10 +138,17 @@ class FakeStripe:
         if parts[:2] == ["v1", "events"] and len(parts) == 2:
             return self._list(path, self._matching_events(account, params, raw), params)
         if parts[:2] == ["v1", "invoice_payments"] and len(parts) == 2:
-            listed = [p for p in self._invoice_payments.get(account, [])
-                      if p["invoice"] == params.get("invoice")
+            listed = [p for p in self._invoice_payments.get(account, []) if _pays(p, params)
                       and params.get("status", p["status"]) == p["status"]]  # fmt: skip
             return self._list(path, listed, params)
+        if parts[:2] == ["v1", "refunds"] and len(parts) == 2:
+            refunds = [r for r in self._kind(account, "refunds").values()
+                       if params.get("charge", r.get("charge")) == r.get("charge")]  # fmt: skip
+            return self._list(path, refunds, params)
+        if parts[:2] == ["v1", "credit_notes"] and len(parts) == 2:
+            notes = [n for n in self._kind(account, "credit_notes").values()
+                     if params.get("invoice", n.get("invoice")) == n.get("invoice")]  # fmt: skip
+            return self._list(path, notes, params)
         if parts[:2] == ["v1", "invoices"] and len(parts) == 2:
             invoices = [i for i in self._kind(account, "invoices").values()
                         if params.get("status", i["status"]) == i["status"]
@@ -189,6 +200,17 @@ class FakeStripe:
         page = [_public(item) for item in items[:limit]]
         return 200, {}, {"object": "list", "data": page, "has_more": len(items) > limit,
                          "url": path}  # fmt: skip
+
+
+def _pays(payment: Json, params: dict[str, str]) -> bool:
+    """An invoice payment matches ``invoice`` or ``payment[type]`` + ``payment[payment_intent]``."""
+    if "invoice" in params:
+        return bool(payment["invoice"] == params["invoice"])
+    paid_by = payment.get("payment") or {}
+    if params.get("payment[type]") != paid_by.get("type"):
+        return False
+    kind = str(paid_by.get("type"))
+    return bool(params.get(f"payment[{kind}]") == paid_by.get(kind))
 
 
 def _public(found: Json) -> Json:

@@ -302,3 +302,140 @@ def signed(body: dict[str, Any], secret: str) -> tuple[bytes, dict[str, str]]:
     """The bytes and headers of a delivery, signed as Stripe signs every event."""
     data = json.dumps(body).encode()
     return data, {"Stripe-Signature": sign(data, secret), "Content-Type": "application/json"}
+
+
+def refund(
+    refund_id: str,
+    charge_id: str,
+    payment_intent_id: str | None,
+    *,
+    amount: int = 1999,
+    status: str = "succeeded",
+    created: int = PAID_AT + 86400,
+) -> dict[str, Any]:
+    """A Refund as ``GET /v1/refunds/{id}`` and the ``refund.*`` events carry it."""
+    return {
+        "id": refund_id,
+        "object": "refund",
+        "amount": amount,
+        "balance_transaction": f"txn_{refund_id[3:]}",
+        "charge": charge_id,
+        "created": created,
+        "currency": "usd",
+        "destination_details": {
+            "type": "card",
+            "card": {
+                "reference_status": "pending",
+                "reference_type": "acquirer_reference_number",
+                "type": "refund",
+            },
+        },
+        "metadata": {},
+        "payment_intent": payment_intent_id,
+        "reason": "requested_by_customer",
+        "receipt_number": None,
+        "source_transfer_reversal": None,
+        "status": status,
+        "transfer_reversal": None,
+    }
+
+
+def refunded_charge(
+    charge_id: str,
+    payment_intent_id: str,
+    refunds: list[dict[str, Any]],
+    *,
+    invoice_id: str | None = None,
+    amount: int = 1999,
+) -> dict[str, Any]:
+    """A charge as ``charge.refunded`` carries it. With ``invoice_id``: the shape of API
+    versions before 2022-11-15 (``invoice`` and the ``refunds`` list); without, today's
+    (neither: the refunds are at ``/v1/refunds?charge=``, the invoice in its payments)."""
+    refunded = sum(found["amount"] for found in refunds)
+    document = {
+        **charge(charge_id),
+        "amount": amount,
+        "amount_captured": amount,
+        "amount_refunded": refunded,
+        "payment_intent": payment_intent_id,
+        "refunded": refunded >= amount,
+    }
+    if invoice_id is not None:
+        document["invoice"] = invoice_id
+        document["refunds"] = {
+            "object": "list",
+            "data": refunds,
+            "has_more": False,
+            "total_count": len(refunds),
+            "url": f"/v1/charges/{charge_id}/refunds",
+        }
+    return document
+
+
+def credit_note(
+    credit_note_id: str,
+    invoice_id: str,
+    *,
+    amount: int = 1999,
+    refund_id: str | None = None,
+    number: str = "ABC-0001-CN-01",
+) -> dict[str, Any]:
+    """A CreditNote as ``GET /v1/credit_notes/{id}`` returns it (``refunds`` as a list, as
+    since 2025-03-31.basil); with ``refund_id`` the whole amount went back to the card."""
+    return {
+        "id": credit_note_id,
+        "object": "credit_note",
+        "amount": amount,
+        "amount_shipping": 0,
+        "created": PAID_AT + 86400,
+        "currency": "usd",
+        "customer": "cus_1Jenny",
+        "customer_balance_transaction": None if refund_id else f"cbtxn_{credit_note_id[3:]}",
+        "discount_amount": 0,
+        "discount_amounts": [],
+        "effective_at": PAID_AT + 86400,
+        "invoice": invoice_id,
+        "lines": {
+            "object": "list",
+            "data": [
+                {
+                    "id": f"cnli_{credit_note_id[3:]}",
+                    "object": "credit_note_line_item",
+                    "amount": amount,
+                    "description": "Seat 1",
+                    "discount_amount": 0,
+                    "discount_amounts": [],
+                    "livemode": False,
+                    "quantity": 1,
+                    "tax_rates": [],
+                    "taxes": [],
+                    "type": "custom_line_item",
+                    "unit_amount": amount,
+                    "unit_amount_decimal": str(amount),
+                },
+            ],
+            "has_more": False,
+            "url": f"/v1/credit_notes/{credit_note_id}/lines",
+        },
+        "livemode": False,
+        "memo": None,
+        "metadata": {},
+        "number": number,
+        "out_of_band_amount": None,
+        "pdf": f"https://pay.stripe.com/credit_notes/acct_1Test/test_{credit_note_id}/pdf",
+        "post_payment_amount": amount,
+        "pre_payment_amount": 0,
+        "reason": "requested_by_customer",
+        "refunds": [{"amount_refunded": amount, "refund": refund_id, "type": "refund"}]
+        if refund_id
+        else [],
+        "shipping_cost": None,
+        "status": "issued",
+        "subtotal": amount,
+        "subtotal_excluding_tax": amount,
+        "total": amount,
+        "total_excluding_tax": amount,
+        "total_taxes": [],
+        "type": "post_payment",
+        "voided_at": None,
+    }

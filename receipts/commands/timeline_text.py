@@ -11,6 +11,7 @@ import json
 from typing import Any
 
 from receipts.formatting import iso, money
+from receipts.message_keys import COPY_SUFFIX, INVOICE_PAID, describe_purpose
 from receipts.operations.timeline import Timeline, unrecorded_sends
 from receipts.vocabulary import ADDRESS_REVIEW_REASONS, NOT_DELIVERED, ReviewReason, RowStatus
 
@@ -22,6 +23,7 @@ def render(timeline: Timeline) -> str:
     if row["status"] == RowStatus.REVIEW and row["resent_as"]:
         state += ", settled by a resend: needs no decision"
     lines += [
+        f"  email         {_email(row)}",
         f"  status        {state}",
         f"  invoice       {_invoice(row)}  account {row['account']}  "
         f"{'live' if row['livemode'] else 'test'}",
@@ -57,9 +59,26 @@ def render(timeline: Timeline) -> str:
     return "\n".join(lines)
 
 
+def _email(row: dict[str, Any]) -> str:
+    """``Receipt``, or ``Refund receipt re_… ($15.00)``: a refund's or credit note's own amount."""
+    label = describe_purpose(row["purpose"])
+    if _is_receipt(row):
+        return label
+    told = money(row["amount"], row["currency"])
+    return f"{label} ({told})" if told else label
+
+
+def _is_receipt(row: dict[str, Any]) -> bool:
+    return bool(row["purpose"].removesuffix(COPY_SUFFIX) == INVOICE_PAID)
+
+
 def _invoice(row: dict[str, Any]) -> str:
-    """``in_… (ACME-0102, $19.99)``: the id, and what support calls it when known."""
-    known = [row["invoice_number"], money(row["amount"], row["currency"])]
+    """``in_… (ACME-0102, $19.99)``: the id, and what support calls it when known (the
+    amount is the invoice's on a receipt; a refund's or credit note's is on its email line)."""
+    known = [
+        row["invoice_number"],
+        money(row["amount"], row["currency"]) if _is_receipt(row) else None,
+    ]
     details = ", ".join(part for part in known if part)
     return f"{row['invoice_id']} ({details})" if details else row["invoice_id"]
 

@@ -15,10 +15,12 @@ import time
 from dataclasses import replace
 
 from receipts.config import Settings
+from receipts.ingest.after_payment import AfterPayment
 from receipts.receipt.api_facts import ApiFacts
 from receipts.receipt.books_copy import with_books_copy
-from receipts.receipt.derivation import Decision, Ignored, derive_receipt, is_zero_value
+from receipts.receipt.derivation import Decision, Ignored, Several, derive_receipt, is_zero_value
 from receipts.receipt.event import EventHeader
+from receipts.receipt.refunds import AFTER_PAYMENT_EVENTS, Sender
 from receipts.stripe_api.client import Scope, StripeApi
 from receipts.stripe_api.facts import enrich
 
@@ -28,6 +30,8 @@ IN_REQUEST_BUDGET_SECONDS = 4.0
 
 class ReceiptDeriver:
     """Derives receipts with one set of settings and, optionally, the API.
+
+    Refund and credit-note events go to :class:`receipts.ingest.after_payment.AfterPayment`.
 
     The emails are not rendered here: every source stores what the email is
     rendered from, and the worker renders it at the row's first claim.
@@ -43,6 +47,8 @@ class ReceiptDeriver:
         self.settings = settings
         self.api = api
         self._budget = budget_seconds
+        sender = Sender(email_from=settings.email_from or "", reply_to=settings.reply_to)
+        self._after_payment = AfterPayment(api, sender, budget_seconds=budget_seconds)
 
     def derive(self, header: EventHeader, scope: Scope | None = None) -> Decision:
         """Decide what one invoice event means; may raise MalformedEvent like derive_receipt."""
@@ -50,6 +56,9 @@ class ReceiptDeriver:
         if mode not in self.settings.modes:
             # Recorded, so support can see why; never looked up nor emailed.
             return Ignored(reason=f"{mode}_mode_off")
+        if header.event_type in AFTER_PAYMENT_EVENTS:
+            decision = self._after_payment.derive(header, scope or Scope(account=header.account))
+            return self._with_books_copies(decision)
         if self.api is None or not self._will_be_sent(header):
             return self._derive(header, None)
         deadline = None if self._budget is None else time.monotonic() + self._budget
@@ -70,6 +79,13 @@ class ReceiptDeriver:
             api_facts=facts,
         )
         return with_books_copy(decision, self.settings.copy_to)
+
+    def _with_books_copies(self, decision: Decision) -> Decision:
+        """Each refund receipt with its copy for the books, when RECEIPTS_COPY_TO is set."""
+        if not isinstance(decision, Several):
+            return with_books_copy(decision, self.settings.copy_to)
+        copied = [with_books_copy(one, self.settings.copy_to) for one in decision.decisions]
+        return Several(decisions=tuple(one for one in copied if not isinstance(one, Several)))
 
     def _will_be_sent(self, header: EventHeader) -> bool:
         """Only a paid invoice that is not ignored is worth the API's time."""

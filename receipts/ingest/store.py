@@ -11,16 +11,25 @@ event meant. The statements are the ``ingest_event``, ``insert_outbox_row``,
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from psycopg.types.json import Json
 
 from receipts import queries
 from receipts.db import Connection
-from receipts.receipt.derivation import Decision, Ignored, ReceiptJob, UnsendableReceipt
+from receipts.message_keys import CREDIT_NOTE_PREFIX, parse_message_key
+from receipts.receipt.derivation import (
+    Decision,
+    Ignored,
+    OneDecision,
+    ReceiptJob,
+    Several,
+    UnsendableReceipt,
+)
 from receipts.receipt.event import EventHeader
 from receipts.receipt.invoice_summary import InvoiceSummary, summarize
+from receipts.receipt.refunds import REFUND_ALREADY_EMAILED, REFUND_IN_CREDIT_NOTE
 from receipts.vocabulary import IMPORTED_FINGERPRINT_PREFIX, IngestOutcome, RowStatus
 
 _Q = queries.load("ingest")
@@ -47,7 +56,14 @@ def ingest(conn: Connection, header: EventHeader, decision: Decision) -> IngestR
     was taken can it not tell duplicate from conflict; it then stores nothing
     and the delivery is recorded by separate statements in one transaction,
     which do see that row.
+
+    Refund receipts and credit notes (``claims``), and an event that means
+    several emails (:class:`Several`), are stored by :func:`_ingest_claiming`.
     """
+    if isinstance(decision, Several):
+        return _ingest_claiming(conn, header, decision.decisions)
+    if not isinstance(decision, Ignored) and decision.claims:
+        return _ingest_claiming(conn, header, (decision,))
     if isinstance(decision, Ignored):
         summary = summarize(header.data_object, None)
         return _record_event(
@@ -94,8 +110,97 @@ def _ingest_in_one_statement(
 
 
 def _summary(header: EventHeader, decision: ReceiptJob | UnsendableReceipt) -> InvoiceSummary:
+    """The invoice's summary; a refund's or credit note's own amount as the row's amount."""
     recipients = {"to": [decision.recipient]} if isinstance(decision, ReceiptJob) else None
-    return summarize(header.data_object, recipients)
+    invoice = decision.render_input.get("invoice")
+    summary = summarize(invoice if isinstance(invoice, dict) else header.data_object, recipients)
+    kind = decision.render_input.get("kind")
+    document = decision.render_input.get(kind) if isinstance(kind, str) else None
+    if isinstance(document, dict):
+        amount = document.get("total", document.get("amount"))
+        usable = isinstance(amount, int) and not isinstance(amount, bool)
+        return replace(summary, amount=amount if usable else None)
+    return summary
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Stored:
+    """What storing one of an event's decisions did."""
+
+    outcome: IngestOutcome
+    key: str | None
+    fingerprint: str | None
+    detail: str | None
+    summary: InvoiceSummary
+
+
+# Which of an event's decisions its stripe_events row tells, first first.
+_TOLD_FIRST = (
+    IngestOutcome.QUEUED,
+    IngestOutcome.REVIEW,
+    IngestOutcome.CONFLICT,
+    IngestOutcome.DUPLICATE,
+    IngestOutcome.IGNORED,
+)
+
+
+def _ingest_claiming(
+    conn: Connection, header: EventHeader, decisions: tuple[OneDecision, ...]
+) -> IngestResult:
+    """Store each decision's row with its refund claims, and the event, in one transaction.
+
+    A refund has one email: the first row to commit a claim on a refund id
+    owns it (``refund_claims``' primary key; a concurrent claim waits for that
+    commit), and a later email about the same refund under another key is
+    recorded as ignored, with the owner's key, and gets no row.
+    """
+    with conn.transaction():
+        stored = [_store_claiming(conn, header, one) for one in decisions]
+        told = min(stored, key=lambda one: _TOLD_FIRST.index(one.outcome))
+        return _record_event(
+            conn, header, told.outcome, told.key, told.fingerprint, told.detail, told.summary
+        )
+
+
+def _store_claiming(conn: Connection, header: EventHeader, decision: OneDecision) -> _Stored:
+    if isinstance(decision, Ignored):
+        summary = summarize(header.data_object, None)
+        return _Stored(outcome=IngestOutcome.IGNORED, key=None, fingerprint=None,
+                       detail=decision.reason, summary=summary)  # fmt: skip
+    summary = _summary(header, decision)
+    lost = _claim_refunds(conn, decision)
+    if lost is not None:
+        reason, owner = lost
+        return _Stored(outcome=IngestOutcome.IGNORED, key=owner, fingerprint=None,
+                       detail=reason, summary=summary)  # fmt: skip
+    outcome = _insert_outbox_row(conn, header, decision)
+    detail = decision.reason if isinstance(decision, UnsendableReceipt) else None
+    return _Stored(outcome=outcome, key=decision.message_key, fingerprint=decision.fingerprint,
+                   detail=detail, summary=summary)  # fmt: skip
+
+
+def _claim_refunds(
+    conn: Connection, decision: ReceiptJob | UnsendableReceipt
+) -> tuple[str, str] | None:
+    """Claim the refunds the email tells about; (why not, the owner's key) if it must not be sent.
+
+    A refund receipt loses when its refund is claimed by another key (the
+    credit note carrying it). A credit note loses only when every refund it
+    carries was emailed already; otherwise it tells about its lines and the
+    refunds it could claim.
+    """
+    if not decision.claims:
+        return None
+    ids = {"key": decision.message_key, "refund_ids": sorted(decision.claims)}
+    conn.execute(_Q["claim_refunds"], ids)
+    owners = [row["message_key"] for row in conn.execute(_Q["refund_claim_owners"], ids)]
+    others = [owner for owner in owners if owner != decision.message_key]
+    if not others:
+        return None
+    if decision.purpose.startswith(CREDIT_NOTE_PREFIX):
+        return (REFUND_ALREADY_EMAILED, others[0]) if len(others) == len(owners) else None
+    by_credit_note = parse_message_key(others[0]).purpose.startswith(CREDIT_NOTE_PREFIX)
+    return (REFUND_IN_CREDIT_NOTE if by_credit_note else REFUND_ALREADY_EMAILED), others[0]
 
 
 def _outbox_row(header: EventHeader, decision: ReceiptJob | UnsendableReceipt) -> dict[str, Any]:

@@ -1,8 +1,10 @@
 """Stripe's side in ``receipts status`` and ``/metrics``: waiting thin events, the last reconcile.
 
-Two things only a look at the database shows: thin notifications still
+What only a look at the database shows: thin notifications still
 waiting for their invoice (Stripe's API was unreachable, or refused our key),
-and what the last ``receipts reconcile`` found. Both read one small index.
+refund and credit-note events recorded without an email because no
+``STRIPE_API_KEY`` was set, and what the last ``receipts reconcile`` found.
+Each reads one small index.
 """
 
 from __future__ import annotations
@@ -23,6 +25,12 @@ from receipts.logs import log_fields
 
 log = logging.getLogger(__name__)
 
+# What to do about refund and credit-note events recorded without STRIPE_API_KEY.
+WITHOUT_KEY_ADVICE = (
+    "set STRIPE_API_KEY (read access to charges, refunds, credit notes, invoices and invoice "
+    "payments), then resend those events from the Stripe Dashboard or with `receipts replay`"
+)
+
 # A reconcile run older than this no longer says anything about today.
 RECONCILE_STALE_SECONDS = 36 * 3600
 
@@ -33,6 +41,9 @@ class StripeStatus:
     thin_oldest_age_seconds: float | None
     thin_oldest_error: str | None
     last_reconcile: dict[str, Any] | None
+    # Refund and credit-note events recorded without an email for want of STRIPE_API_KEY.
+    waiting_for_api_key_30d: int = 0
+    waiting_for_api_key_24h: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -40,13 +51,18 @@ class StripeStatus:
             "thin_events_oldest_pending_age_seconds": self.thin_oldest_age_seconds,
             "thin_events_oldest_error": self.thin_oldest_error,
             "last_reconcile": self.last_reconcile,
+            "events_waiting_for_api_key_30d": self.waiting_for_api_key_30d,
+            "events_waiting_for_api_key_24h": self.waiting_for_api_key_24h,
         }
 
 
 def read_stripe_status(conn: Connection) -> StripeStatus:
     waiting = conn.execute(_Q["thin_events_waiting"]).fetchone()
     last = conn.execute(_Q["last_reconcile_run"]).fetchone()
+    keyless = conn.execute(_Q["events_waiting_for_api_key"]).fetchone()
     return StripeStatus(
+        waiting_for_api_key_30d=keyless["month"] if keyless else 0,
+        waiting_for_api_key_24h=keyless["day"] if keyless else 0,
         thin_pending=waiting["pending"] if waiting else 0,
         thin_oldest_age_seconds=waiting["oldest_age_seconds"] if waiting else None,
         thin_oldest_error=waiting["oldest_error"] if waiting else None,
@@ -63,6 +79,11 @@ def stripe_problems(status: StripeStatus, max_pending_age: float) -> list[str]:
             f"{status.thin_pending} thin event notification(s) wait for their invoice, the "
             f"oldest for {duration(oldest)} ({status.thin_oldest_error or 'not fetched yet'}): "
             "check STRIPE_API_KEY, then `receipts backfill --since 72h`"
+        )
+    if status.waiting_for_api_key_24h:
+        problems.append(
+            f"{status.waiting_for_api_key_24h} refund or credit-note event(s) in 24 h made no "
+            f"email: {WITHOUT_KEY_ADVICE}"
         )
     last = status.last_reconcile
     if last is not None and last["result"] == "missing":
@@ -83,12 +104,18 @@ def stripe_lines(status: StripeStatus) -> list[str]:
         )
     else:
         thin = "thin events     none waiting for the Stripe API"
+    lines = [thin]
+    if status.waiting_for_api_key_30d:
+        lines.append(
+            f"refunds         {status.waiting_for_api_key_30d} refund/credit-note event(s) in "
+            f"30 days wait for STRIPE_API_KEY: {WITHOUT_KEY_ADVICE}"
+        )
     last = status.last_reconcile
     if last is None:
-        return [thin, "reconcile       never run (`receipts reconcile --since 7d`, daily)"]
+        return [*lines, "reconcile       never run (`receipts reconcile --since 7d`, daily)"]
     stale = " STALE" if last["age_seconds"] > RECONCILE_STALE_SECONDS else ""
     return [
-        thin,
+        *lines,
         f"reconcile       {last['result']}{stale} {duration(last['age_seconds'])} ago: "
         f"{last['paid_invoices']} paid, {last['missing']} missing, {last['applied']} ingested",
     ]

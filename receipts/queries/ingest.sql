@@ -117,3 +117,13 @@ SELECT message_key FROM email_outbox
 WHERE invoice_id = %(invoice_id)s
   AND left(regexp_replace(message_key, '[^A-Za-z0-9_-]', '_', 'g'), 256) = %(tag)s
 LIMIT 2
+
+-- name: claim_refunds
+-- Claims each refund id for this email's key; the ids some other key claimed first are left as they are.
+INSERT INTO refund_claims (refund_id, message_key)
+SELECT refund_id, %(key)s FROM unnest(%(refund_ids)s::text[]) AS refund_id ORDER BY refund_id
+ON CONFLICT (refund_id) DO NOTHING
+
+-- name: refund_claim_owners
+-- Which key owns each of these refund ids (after claim_refunds: this key or the first to commit).
+SELECT refund_id, message_key FROM refund_claims WHERE refund_id = ANY(%(refund_ids)s::text[])

@@ -75,6 +75,13 @@ SELECT count(*) AS pending,
   FROM stripe_thin_events
  WHERE status = 'pending'
 
+-- name: events_waiting_for_api_key
+-- Refund and credit-note events recorded without an email because no STRIPE_API_KEY was set: in 30 days, in 24 h.
+SELECT count(*) AS month,
+       count(*) FILTER (WHERE last_received_at > now() - interval '24 hours') AS day
+  FROM stripe_events
+ WHERE detail = 'needs_stripe_api_key' AND last_received_at > now() - interval '30 days'
+
 -- name: metrics_statement_timeout
 -- A scrape never waits long on a busy database.
 SET LOCAL statement_timeout = 3000

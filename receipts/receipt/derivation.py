@@ -60,6 +60,9 @@ class ReceiptJob:
     purpose: str = INVOICE_PAID
     # Inserted with this row when RECEIPTS_COPY_TO is set, and only then.
     books_copy: BooksCopy | None = None
+    # The refund ids this email tells about (receipts.receipt.refunds): each
+    # refund gets one email, a refund receipt or the credit note carrying it.
+    claims: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -73,9 +76,21 @@ class UnsendableReceipt:
     # `receipts review resend KEY --to ADDRESS` can send it to a corrected address.
     render_input: dict[str, Any]
     purpose: str = INVOICE_PAID
+    claims: tuple[str, ...] = ()
 
 
-Decision = Ignored | ReceiptJob | UnsendableReceipt
+@dataclass(frozen=True, kw_only=True)
+class Several:
+    """One event that means several emails: a ``charge.refunded`` naming several refunds.
+
+    Ingest stores them in one transaction; each collapses onto its own key.
+    """
+
+    decisions: tuple[OneDecision, ...]
+
+
+OneDecision = Ignored | ReceiptJob | UnsendableReceipt
+Decision = OneDecision | Several
 
 
 def is_zero_value(invoice: dict[str, Any]) -> bool:
@@ -101,7 +116,7 @@ def derive_receipt(
     reply_to: str | None = None,
     send_zero_value: bool = False,
     api_facts: ApiFacts | None = None,
-) -> Decision:
+) -> OneDecision:
     """Decide what one verified event means for the outbox.
 
     ``api_facts``, when ingest could look them up, add the payment method and

@@ -81,3 +81,49 @@ def _scalar(value: object) -> object:
     if value is None or isinstance(value, str | int | float | bool):
         return value
     return f"<{type(value).__name__}>"
+
+
+def refund_facts(purpose: str, invoice_id: str, refund: dict[str, Any], to: list[str]
+                 ) -> dict[str, Any]:  # fmt: skip
+    """What a refund receipt tells: which refund, how much, of which invoice, to whom.
+
+    Not its status, reason or the charge's other refunds: a ``refund.updated``
+    that only changes those after the refund succeeded is the same email.
+    """
+    return {
+        "purpose": purpose,
+        "invoice_id": invoice_id,
+        "to": to,
+        "refund_id": _scalar(refund.get("id")),
+        "amount": _scalar(refund.get("amount")),
+        "currency": _scalar(refund.get("currency")),
+    }
+
+
+def credit_note_facts(purpose: str, invoice_id: str, note: dict[str, Any], to: list[str]
+                      ) -> dict[str, Any]:  # fmt: skip
+    """What a credit-note email tells: which note, its amounts and lines, of which invoice.
+
+    Not its PDF link, which Stripe re-mints like the invoice's.
+    """
+    listing = note.get("lines")
+    lines = listing.get("data") if isinstance(listing, dict) else None
+    return {
+        "purpose": purpose,
+        "invoice_id": invoice_id,
+        "to": to,
+        "credit_note_id": _scalar(note.get("id")),
+        "amount": _scalar(note.get("amount")),
+        "total": _scalar(note.get("total")),
+        "currency": _scalar(note.get("currency")),
+        "line_amounts": [
+            _scalar(line.get("amount")) if isinstance(line, dict) else None for line in lines
+        ]
+        if isinstance(lines, list)
+        else None,
+    }
+
+
+def recipients_of(invoice: dict[str, Any]) -> list[str]:
+    """The invoice's recipient as fingerprints compare it (trimmed, lower case)."""
+    return _recipients(invoice)

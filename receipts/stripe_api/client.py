@@ -180,7 +180,44 @@ class StripeApi:
             lambda: self.client.v1.products.retrieve(product_id, options=scope.options())
         )
 
+    def credit_note(self, credit_note_id: str, scope: Scope) -> Json:
+        return self._call(
+            lambda: self.client.v1.credit_notes.retrieve(credit_note_id, options=scope.options())
+        )
+
     # --- lists ----------------------------------------------------------------------
+
+    def refunds_of_charge(self, charge_id: str, scope: Scope) -> list[Json]:
+        """The charge's refunds (``GET /v1/refunds?charge=``), newest first: API versions
+        since 2022-11-15 leave them out of the charge itself."""
+        pages = self._pages(
+            lambda after: self.client.v1.refunds.list(
+                _page_params({"charge": charge_id}, after), options=scope.options()
+            )
+        )
+        return [refund for page in pages for refund in page.items]
+
+    def invoice_payments_of_payment_intent(self, payment_intent_id: str, scope: Scope
+                                           ) -> list[Json]:  # fmt: skip
+        """The invoice payments a PaymentIntent paid: on API versions since
+        2025-03-31.basil the way from a charge to its invoice."""
+        params: Any = {
+            "payment": {"type": "payment_intent", "payment_intent": payment_intent_id},
+            "limit": 10,
+        }
+        page = self._list(
+            lambda: self.client.v1.invoice_payments.list(params, options=scope.options())
+        )
+        return page.items
+
+    def credit_notes_of_invoice(self, invoice_id: str, scope: Scope) -> list[Json]:
+        """Every credit note issued on an invoice (``GET /v1/credit_notes?invoice=``)."""
+        pages = self._pages(
+            lambda after: self.client.v1.credit_notes.list(
+                _page_params({"invoice": invoice_id}, after), options=scope.options()
+            )
+        )
+        return [note for page in pages for note in page.items]
 
     def invoice_lines(
         self, invoice_id: str, scope: Scope, *, deadline: float | None = None

@@ -23,6 +23,7 @@ from receipts.ingest.verification import RejectedDelivery, decode_event, verify_
 from receipts.logs import log_fields
 from receipts.receipt.derivation import Decision
 from receipts.receipt.event import EventHeader, MalformedEvent
+from receipts.stripe_api.client import ApiError
 from receipts.vocabulary import IngestOutcome
 from receipts.web import metrics
 from receipts.web.bodies import BodyRefused, read_body
@@ -68,6 +69,8 @@ def _handle_stripe_event(started: float) -> _Answer:
             return _thin_answer(svc.thin_events.receive(text), started)
         header, _event = decode_event(text)
         decision = _derive(svc, header)
+    except ApiError as failed:
+        return _lookup_failed(header, failed)
     except BodyRefused as refused:
         return _rejected(refused.status, refused.reason)
     except RejectedDelivery as rejected:
@@ -81,6 +84,14 @@ def _handle_stripe_event(started: float) -> _Answer:
             "malformed",
         )
     return _store(svc, header, decision, started)
+
+
+def _lookup_failed(header: EventHeader, failed: ApiError) -> _Answer:
+    """A refund or credit note whose look-ups failed: 503, so Stripe delivers it again."""
+    log_fields(log, "stripe webhook: look-up failed", logging.ERROR, event_id=header.event_id,
+               type=header.event_type, reason=str(failed))  # fmt: skip
+    answer = jsonify(error="Stripe's API could not be read, retry later")
+    return answer, 503, header.event_type, "unavailable"
 
 
 def _rejected(status: int, reason: str) -> _Answer:
@@ -112,7 +123,7 @@ def _thin_answer(thin: ThinOutcome, started: float) -> _Answer:
 def _derive(svc: Services, header: EventHeader) -> Decision:
     try:
         return svc.deriver.derive(header)
-    except MalformedEvent:
+    except (MalformedEvent, ApiError):
         raise
     except Exception as exc:
         # A pure function of a verified event failed on a value it does not

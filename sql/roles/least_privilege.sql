@@ -119,7 +119,8 @@ $$;
 
 -- Start from nothing, so a rerun also takes back what an older version granted.
 REVOKE ALL ON stripe_events, email_outbox, email_attempts, operator_actions, resend_events,
-    stripe_thin_events, reconcile_runs, sending_pauses, schema_migrations, console_login_failures
+    stripe_thin_events, reconcile_runs, sending_pauses, schema_migrations, console_login_failures,
+    refund_claims
     FROM :"web", :"worker", :"operator";
 REVOKE ALL ON SEQUENCE email_attempts_id_seq, operator_actions_id_seq, reconcile_runs_id_seq,
     console_login_failures_id_seq
@@ -140,6 +141,9 @@ GRANT SELECT (message_key, invoice_id, fingerprint, status, review_reason, avail
               first_attempt_at, lease_token, locked_until, provider_id, sent_at,
               delivery_status, delivery_status_at, delivery_detail, created_at, resent_as)
     ON email_outbox TO :"web";
+-- web: one email per refund (a refund receipt or a credit note claims each refund id
+-- with its row; a claim is never changed nor deleted)
+GRANT SELECT, INSERT ON refund_claims TO :"web";
 -- web: thin event notifications (stored, then resolved once their invoice is fetched)
 GRANT SELECT, INSERT ON stripe_thin_events TO :"web";
 GRANT UPDATE (deliveries, last_received_at, fetch_attempts, last_error, status, resolved_at)
@@ -187,6 +191,7 @@ GRANT UPDATE (status, review_reason, provider_id, sent_at, attempts, first_attem
               delivery_status, delivery_status_at, delivery_detail, resent_as)
     ON email_outbox TO :"operator";
 GRANT INSERT ON stripe_events TO :"operator";
+GRANT SELECT, INSERT ON refund_claims TO :"operator";
 GRANT UPDATE (deliveries, last_received_at, source) ON stripe_events TO :"operator";
 GRANT UPDATE (deliveries, last_received_at, fetch_attempts, last_error, status, resolved_at)
     ON stripe_thin_events TO :"operator";

@@ -69,6 +69,7 @@ SAMPLE_PARAMETERS: dict[str, Any] = {
     "copy_fingerprint": "v2:sha256:copy",
     "copy_render_input": None,
     "copy_to": "books@example.com",
+    "refund_ids": ["re_1Sample"],
     "rendered": Jsonb(
         [
             {

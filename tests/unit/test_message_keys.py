@@ -16,6 +16,7 @@ from receipts.message_keys import (
     MessageKey,
     copy_purpose,
     credit_note_purpose,
+    describe_purpose,
     invoice_id_in_tag,
     message_key,
     parse_message_key,
@@ -94,3 +95,24 @@ def test_what_is_not_a_key_is_refused(text: str) -> None:
 @pytest.mark.parametrize("tag", [None, "", "no-invoice-here", "platform_live_ch_1_invoice-paid"])
 def test_a_tag_without_an_invoice_id_reads_as_none(tag: str | None) -> None:
     assert invoice_id_in_tag(tag) is None
+
+
+def test_each_purpose_reads_as_the_email_it_is() -> None:
+    assert [
+        describe_purpose(purpose)
+        for purpose in (
+            "invoice-paid",
+            "invoice-paid-copy",
+            "refund-re_1Abc",
+            "refund-re_1Abc-copy",
+            "credit-note-cn_1Abc",
+            "something-else",
+        )
+    ] == [
+        "Receipt",
+        "Receipt (accounting copy)",
+        "Refund receipt re_1Abc",
+        "Refund receipt re_1Abc (accounting copy)",
+        "Credit note cn_1Abc",
+        "something-else",
+    ]

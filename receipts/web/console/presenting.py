@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from receipts.formatting import money
+from receipts.message_keys import describe_purpose
 from receipts.operations.timeline import Timeline
 from receipts.vocabulary import NOT_DELIVERED, ReviewReason, RowStatus
 
@@ -43,6 +44,7 @@ REVIEW_REASONS = {
 _PROVIDER_REFUSED = "The email provider refused this email ({reason}). Its answer is below."
 
 _RESEND_NUMBER = re.compile(r"/resend-(\d+)\Z")
+# Purposes whose label is not describe_purpose's (a refund's or credit note's names its id).
 _PURPOSE_LABELS = {"invoice-paid": "Receipt", "invoice-paid-copy": "Accounting copy"}
 
 STATUS_WORDS: dict[str, str] = {
@@ -84,12 +86,13 @@ def state_label(row: dict[str, Any]) -> tuple[str, str]:
 
 
 def email_label(row: dict[str, Any]) -> str:
-    """``Resend #1``, ``Receipt``, ``Accounting copy``…: which email of the invoice this is."""
+    """``Resend #1``, ``Receipt``, ``Accounting copy``, ``Refund receipt re_…``, ``Credit
+    note cn_…``: which email of the invoice this is."""
     found = _RESEND_NUMBER.search(row["message_key"])
     if found:
         return f"Resend #{found.group(1)}"
     purpose = str(row["purpose"])
-    return _PURPOSE_LABELS.get(purpose, purpose)
+    return _PURPOSE_LABELS.get(purpose) or describe_purpose(purpose)
 
 
 def amount(row: dict[str, Any]) -> str:

@@ -34,7 +34,7 @@ from receipts.receipt.fingerprints import (
     recipients_of,
     refund_facts,
 )
-from receipts.receipt.invoice_facts import _recipient as recipient_of
+from receipts.receipt.invoice_facts import recipient_of
 from receipts.receipt.invoice_values import UnusableInvoice
 
 REFUND_EVENTS = frozenset({"charge.refunded", "refund.created", "refund.updated"})

@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
         while time.monotonic() < end:
             stripe.step()
             time.sleep(traffic_rng.expovariate(DELIVERIES_PER_SECOND))
-        say("time is up: the faults stop, the processes come back")
+        say("time is up: the fault under way ends, then no more; the processes come back")
         faults.stop()
         fleet.all_up()
         unanswered = stripe.redeliver_unanswered(within=REDELIVERY_SECONDS)
@@ -131,6 +131,9 @@ def _report(
           "  (0: no HTTP answer)")  # fmt: skip
     print(f"200 answers by outcome: "
           f"{_counts(Counter(a.outcome for a in stripe.answers if a.status == 200))}")  # fmt: skip
+    unexpected = [a for a in stripe.answers if a.status not in (0, 200, 503)]
+    for answer in unexpected[:20]:
+        print(f"unexpected answer: {answer}")
     print(f"rows by status: {_counts(verdict.rows_by_status)}")
     if verdict.reviews:
         print(f"review reasons: {_counts(verdict.reviews)}")

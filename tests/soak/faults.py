@@ -42,8 +42,9 @@ class Faults:
         self.by_kind = Counter[str]()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="faults", daemon=True)
-        # name -> (kind, weight, the fault)
-        self._menu: dict[str, tuple[str, int, Callable[[], str]]] = {
+        # name -> (kind, weight, the fault); a fault returns what it did, or None
+        # when there was nothing to do (it is then not counted)
+        self._menu: dict[str, tuple[str, int, Callable[[], str | None]]] = {
             "kill web workers": ("kills", 3, self._kill_web_workers),
             "kill gunicorn": ("kills", 2, self._kill_gunicorn),
             "kill loop worker": ("kills", 3, self._kill_loop_worker),
@@ -82,33 +83,41 @@ class Faults:
             except Exception as exc:  # a fault that failed is a soak problem: say so, go on
                 self._say(f"fault {name!r} failed: {type(exc).__name__}: {exc}")
                 continue
-            self.counts[name] += 1
-            self.by_kind[kind] += 1
-            self._say(f"fault: {name}{': ' + detail if detail else ''}")
+            if detail is not None:
+                self.counts[name] += 1
+                self.by_kind[kind] += 1
+                self._say(f"fault: {name}: {detail}")
 
     # --- kills --------------------------------------------------------------
 
-    def _kill_web_workers(self) -> str:
+    def _kill_web_workers(self) -> str | None:
         pids = self._fleet.web.worker_pids()
+        if not pids:
+            return None
         victims = pids if self._rng.random() < 0.5 else pids[:1]
         for pid in victims:
             self._fleet.kill_pid(pid)
         return f"SIGKILL {victims} (the master starts new ones)"
 
-    def _kill_gunicorn(self) -> str:
+    def _kill_gunicorn(self) -> str | None:
         down = self._rng.uniform(0, 3)
         pids = self._fleet.kill(self._fleet.web, down)
+        if not pids:
+            return None
         return f"SIGKILL master and workers {pids}, back in {down:.1f} s"
 
-    def _kill_loop_worker(self) -> str:
-        worker = self._rng.choice(self._fleet.loop_workers)
+    def _kill_loop_worker(self) -> str | None:
+        running = [worker for worker in self._fleet.loop_workers if worker.running()]
+        if not running:
+            return None
+        worker = self._rng.choice(running)
         down = self._rng.uniform(0, 5)
         pids = self._fleet.kill(worker, down)
         return f"SIGKILL {worker.name} {pids}, back in {down:.1f} s"
 
-    def _kill_cron_run(self) -> str:
+    def _kill_cron_run(self) -> str | None:
         pids = self._fleet.kill(self._fleet.cron, 0)
-        return f"SIGKILL {pids}" if pids else "no run under way"
+        return f"SIGKILL {pids}" if pids else None
 
     # --- the database -------------------------------------------------------
 

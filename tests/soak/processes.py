@@ -142,7 +142,13 @@ class Web(Process):
         super().__init__(
             "web",
             procfile_command("web"),
-            {**environ, "PORT": str(self.port), "WEB_CONCURRENCY": "2"},
+            {
+                **environ,
+                "PORT": str(self.port),
+                "WEB_CONCURRENCY": "2",
+                # gunicorn.conf.py binds 0.0.0.0:$PORT; a soak listens on loopback only
+                "GUNICORN_CMD_ARGS": f"--bind 127.0.0.1:{self.port}",
+            },
             log_path,
         )
 

@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 .PHONY: venv check lint types contracts unit test db processes screenshots
 
 venv:
-	python3 -m venv $(VENV) && $(BIN)/pip install -e '.[test]'
+	python3 -m venv $(VENV) && $(BIN)/pip install -e '.[lint]'
 
 # The fast gate before a commit: linters, layer contracts, types, the unit tier.
 check: lint contracts types unit

@@ -203,6 +203,7 @@ def race_round(
     }
 
 
+@pytest.mark.slow
 def test_racing_decisions_on_8_receipts_with_two_loop_workers_send_no_second_email(
     client: FlaskClient, db: Db, env: dict[str, str], fake: FakeProviderClient
 ) -> None:

@@ -158,6 +158,7 @@ def test_a_postmaster_pid_left_by_a_killed_server_does_not_block_start_up(
         impostor.wait()
 
 
+@pytest.mark.slow
 def test_a_server_that_cannot_finish_a_fast_shutdown_is_stopped_all_the_same(
     data_dir: Path,
 ) -> None:

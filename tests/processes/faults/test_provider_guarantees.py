@@ -287,6 +287,7 @@ def test_smtp_5xx_to_the_message_goes_to_review_with_the_servers_reply(
     assert smtp.messages == []
 
 
+@pytest.mark.slow
 def test_smtp_4xx_is_retried_and_5xx_goes_to_review_with_the_servers_reply(
     db: Db, database_url: str, smtp: SmtpServer
 ) -> None:

@@ -343,6 +343,7 @@ def test_429_retry_after_pauses_every_send_of_the_worker(
     assert statuses(db) == {"sent": 6}
 
 
+@pytest.mark.slow
 def test_racing_worker_processes_request_every_key_once(
     db: Db, fake_provider: FakeProviderClient, direct_environ: dict[str, str]
 ) -> None:

@@ -58,6 +58,7 @@ class TcpProxy:
         self.port: int = self._listener.getsockname()[1]
         self._lock = threading.Lock()
         self._open: set[socket.socket] = set()
+        self._pumps: list[threading.Thread] = []
         self._refusing = False
         self._silent: list[socket.socket] | None = None  # held, unanswered, while silent
         self._stalled = False  # open connections' bytes are dropped, not forwarded
@@ -70,12 +71,21 @@ class TcpProxy:
     # --- control -----------------------------------------------------------
 
     def cut(self) -> int:
-        """Reset every open connection; return how many were cut."""
+        """Reset every open connection; return how many were cut.
+
+        Returns once the resets are sent: a socket closed while its pump thread
+        is still in ``recv()`` sends its RST only when that thread lets go, so
+        the pumps are waited for (a client polled right after ``cut()`` must
+        already see its connection dead).
+        """
         with self._lock:
             victims = list(self._open)
             self._open.clear()
+            pumps = [t for t in self._pumps if t is not threading.current_thread()]
         for sock in victims:
             _reset(sock)
+        for pump in pumps:
+            pump.join(timeout=5)
         return len(victims) // 2
 
     def refuse(self, refusing: bool) -> None:
@@ -152,9 +162,12 @@ class TcpProxy:
             with self._lock:
                 self._open.update((client, server))
             for source, sink, direction in ((client, server, "client"), (server, client, "server")):
-                threading.Thread(
+                pump = threading.Thread(
                     target=self._pump, args=(source, sink, client, server, direction), daemon=True
-                ).start()
+                )
+                with self._lock:  # started under the lock: cut() never joins an unstarted one
+                    pump.start()
+                    self._pumps = [t for t in self._pumps if t.is_alive()] + [pump]
 
     def _pump(
         self,

@@ -250,7 +250,7 @@ def _invoice(
         invoice_id=invoice.invoice_id,
         paid_at=None
         if invoice.paid_at is None
-        else format_moment(invoice.paid_at, timezone, locale),
+        else format_moment(invoice.paid_at, timezone, locale, zone_with_time=True),
         amount_paid=None if paid is None or money is None else money(paid),
         hosted_invoice_url=invoice.hosted_invoice_url,
     )

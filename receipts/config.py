@@ -66,7 +66,8 @@ class Settings:
     # its own outbox row to it (purpose …-copy), sent independently.
     copy_to: str | None = None
     template_dir: Path | None = None
-    # RECEIPTS_ATTACH_PDF: the receipt also goes as receipt-<invoice number>.pdf
+    # RECEIPTS_ATTACH_PDF: the receipt also goes as receipt-<invoice number>.pdf, a refund
+    # receipt as refund-<invoice number>.pdf
     attach_pdf: bool = False
     locale: str = "en_US"
     timezone: str = "UTC"

@@ -21,7 +21,9 @@ the render input the service stores for one (``email_outbox.render_input``:
 the ``refund`` or ``credit_note`` object with the ``invoice`` it belongs to,
 as in ``examples/render_input/``). Such an email that would go to review
 (a credit note that does not add up) exits 1 with the numbers, as a receipt
-does.
+does. ``--kind refund --format pdf`` writes the refund receipt's PDF
+(``refund-<invoice number>.pdf`` as ``RECEIPTS_ATTACH_PDF`` attaches it); a
+credit note has none (its email links Stripe's own).
 """
 
 from __future__ import annotations
@@ -173,8 +175,11 @@ def _write(args: argparse.Namespace, output: bytes) -> int:
 
 def _preview_kind(args: argparse.Namespace, kind: str, renderer: Renderer, sender: str) -> int:
     """A refund or credit note email, of the sample or of a stored render input."""
-    if args.format == "pdf":
-        return _refuse("--format pdf: only a receipt has a PDF; choose text, html or eml")
+    if args.format == "pdf" and kind != "refund":
+        return _refuse(
+            "--format pdf: a credit note's email links Stripe's own PDF and attaches none; "
+            "choose text, html or eml"
+        )
     try:
         render_input = _render_input(args.event, kind, sender)
     except (OSError, ValueError) as error:

@@ -26,10 +26,9 @@ from receipts.addresses import mailbox_address
 from receipts.config import Settings
 from receipts.delivery.answers import json_object
 from receipts.message_keys import provider_tag
-from receipts.receipt.pdf import MAX_ATTACHMENT_BASE64
+from receipts.receipt.pdf import FILENAME, MAX_ATTACHMENT_BASE64
 
 FIELDS = frozenset({"from", "to", "subject", "text", "html", "tags", "reply_to", "attachments"})
-_PDF_NAME = re.compile(r"receipt-[A-Za-z0-9._-]+\.pdf")
 _BASE64 = re.compile(r"[A-Za-z0-9+/]+={0,2}")
 
 
@@ -97,7 +96,7 @@ def _attachments(key: str, document: dict[str, Any], settings: Settings) -> str 
     if (
         set(item) != {"filename", "content", "content_type"}
         or not isinstance(item["filename"], str)
-        or not _PDF_NAME.fullmatch(item["filename"])
+        or not FILENAME.fullmatch(item["filename"])
         or item["content_type"] != "application/pdf"
         or not isinstance(content, str)
         or not 4 <= len(content) <= MAX_ATTACHMENT_BASE64

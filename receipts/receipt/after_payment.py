@@ -19,11 +19,13 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from receipts.receipt.api_facts import PaymentMethod
+from receipts.receipt.api_facts import ApiFacts, PaymentMethod, api_facts_from_document
+from receipts.receipt.invoice_details import NO_DETAILS, InvoiceDetails, read_details
 from receipts.receipt.invoice_facts import (
     HOSTED_INVOICE_HOSTS,
     PDF_HOSTS,
     paid_at_of,
+    read_address,
     recipient_of,
 )
 from receipts.receipt.invoice_totals import Tax, read_taxes
@@ -73,6 +75,10 @@ class InvoiceReference:
     amount_paid: int | None
     paid_at: int | None
     hosted_invoice_url: str | None
+    # Who is billed, and both tax ids, as the receipt reads them (the refund's PDF shows them).
+    customer_address: tuple[str, ...] = ()
+    customer_country: str | None = None  # ISO 3166 alpha-2
+    details: InvoiceDetails = NO_DETAILS
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -139,13 +145,19 @@ class CreditNoteFacts:
     pdf: str | None
 
 
-def read_invoice_reference(invoice: dict[str, Any]) -> InvoiceReference:
-    """The invoice a refund or credit note names; UnusableInvoice without a usable recipient."""
+def read_invoice_reference(
+    invoice: dict[str, Any], api_facts: ApiFacts | None = None
+) -> InvoiceReference:
+    """The invoice a refund or credit note names; UnusableInvoice without a usable recipient.
+
+    ``api_facts``: what ingest looked up about the invoice (the merchant's tax ids).
+    """
     invoice_id = object_id(invoice)
     if not invoice_id:
         raise UnusableInvoice(INVALID_AMOUNTS, detail="the invoice has no id")
     hosted = invoice.get("hosted_invoice_url")
     currency = invoice.get("currency")
+    address, country = read_address(invoice.get("customer_address"))
     return InvoiceReference(
         invoice_id=invoice_id,
         number=one_line(invoice.get("number"), 100) or invoice_id,
@@ -158,13 +170,16 @@ def read_invoice_reference(invoice: dict[str, Any]) -> InvoiceReference:
         hosted_invoice_url=str(hosted)
         if is_stripe_hosted_url(hosted, HOSTED_INVOICE_HOSTS)
         else None,
+        customer_address=address,
+        customer_country=country,
+        details=read_details(invoice, api_facts),
     )
 
 
 def read_refund(render_input: dict[str, Any]) -> RefundFacts:
     """The refund of ``render_input``; UnusableInvoice if it cannot become an email."""
     refund = _object(render_input, REFUND)
-    invoice = read_invoice_reference(_object(render_input, "invoice"))
+    invoice = _invoice_of(render_input)
     amount = required_amount(refund.get("amount"))
     if amount <= 0:
         raise UnusableInvoice(INVALID_AMOUNTS, detail=f"refund amount {amount}")
@@ -193,7 +208,7 @@ def read_refund(render_input: dict[str, Any]) -> RefundFacts:
 def read_credit_note(render_input: dict[str, Any]) -> CreditNoteFacts:
     """The credit note of ``render_input``; CreditNoteDoesNotAddUp if its rows would not add up."""
     note = _object(render_input, CREDIT_NOTE)
-    invoice = read_invoice_reference(_object(render_input, "invoice"))
+    invoice = _invoice_of(render_input)
     currency = _currency(note)
     listed = note.get("lines")
     entries = dicts(listed.get("data")) if isinstance(listed, dict) else dicts(listed)
@@ -229,6 +244,11 @@ def read_credit_note(render_input: dict[str, Any]) -> CreditNoteFacts:
     )
     _check_rows(note, facts, entries[:MAX_CREDIT_LINES])
     return facts
+
+
+def _invoice_of(render_input: dict[str, Any]) -> InvoiceReference:
+    api_facts = api_facts_from_document(render_input.get("api_facts"))
+    return read_invoice_reference(_object(render_input, "invoice"), api_facts)
 
 
 def _object(render_input: dict[str, Any], key: str) -> dict[str, Any]:

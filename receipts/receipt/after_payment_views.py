@@ -32,7 +32,15 @@ from receipts.receipt.api_facts import PaymentMethod
 from receipts.receipt.dates import format_day, format_moment
 from receipts.receipt.money import format_amount, receipt_digits
 from receipts.receipt.payment_methods import N_, describe_payment_method
-from receipts.receipt.presentation import AmountView, Contact, tax_view, written_quantity
+from receipts.receipt.presentation import (
+    AmountView,
+    Contact,
+    address_lines,
+    merchant_tax_ids_shown,
+    tax_ids_shown,
+    tax_view,
+    written_quantity,
+)
 
 Money = Callable[[int], str]
 
@@ -63,6 +71,9 @@ class RefundView:
     merchant: str | None
     customer_name: str | None
     customer_email: str
+    customer_address: tuple[str, ...]  # the invoice's billing address, its country named
+    customer_tax_ids: str | None  # "VAT DE123456789", as the receipt shows them
+    merchant_tax_ids: str | None  # "VAT FR40123456824"; "shown on the invoice" when unknown
     refund_id: str
     amount: str  # "$49.00"
     currency: str  # "USD"
@@ -135,6 +146,9 @@ def present_refund(
         merchant=invoice.merchant or contact.merchant,
         customer_name=invoice.customer_name,
         customer_email=invoice.to,
+        customer_address=address_lines(invoice.customer_address, invoice.customer_country, locale),
+        customer_tax_ids=tax_ids_shown(invoice.details.customer_tax_ids, _),
+        merchant_tax_ids=merchant_tax_ids_shown(invoice.details, _),
         refund_id=facts.refund_id,
         amount=money(facts.amount),
         currency=facts.currency.upper(),
@@ -250,7 +264,7 @@ def _invoice(
         invoice_id=invoice.invoice_id,
         paid_at=None
         if invoice.paid_at is None
-        else format_moment(invoice.paid_at, timezone, locale),
+        else format_moment(invoice.paid_at, timezone, locale, zone_with_time=True),
         amount_paid=None if paid is None or money is None else money(paid),
         hosted_invoice_url=invoice.hosted_invoice_url,
     )

@@ -16,16 +16,26 @@ from zoneinfo import ZoneInfo
 from babel import Locale
 from babel.dates import format_date, format_interval, format_time, get_datetime_format
 
+NO_BREAK_SPACE = "\u00a0"
 # CLDR's atTime pattern where the medium one is only "{1} {0}".
 _AT_TIME = {"pt": "{1} às {0}"}
 # A day "1" before a month's name or a range's dash: "1 déc." / "1-30 nov."
 _FRENCH_FIRST = re.compile(r"(?<![\d.,:])1(?=[ \u00a0\u202f]*[\u2013-]|[ \u00a0\u202f]+[^\W\d])")
 
 
-def format_moment(timestamp: int, timezone: ZoneInfo, locale: Locale) -> str:
-    """ "November 30, 2025, 12:00 AM UTC": the long date and short time in ``timezone``."""
+def format_moment(
+    timestamp: int, timezone: ZoneInfo, locale: Locale, *, zone_with_time: bool = False
+) -> str:
+    """ "November 30, 2025, 12:00 AM UTC": the long date and short time in ``timezone``.
+
+    ``zone_with_time``: a no-break space before the zone, so that a narrow
+    column breaks the line after the date ("November 30, 2025," / "12:00 AM
+    UTC") and never leaves the zone alone on a line (the text part shows an
+    ordinary space).
+    """
     moment = datetime.fromtimestamp(timestamp, tz=timezone)
-    return _moment(moment.date(), moment.hour, moment.minute, moment.tzname() or "", locale)
+    zone = moment.tzname() or ""
+    return _moment(moment.date(), moment.hour, moment.minute, zone, locale, zone_with_time)
 
 
 def format_day(timestamp: int, timezone: ZoneInfo, locale: Locale) -> str:
@@ -42,12 +52,15 @@ def format_period(start: int, end: int, timezone: ZoneInfo, locale: Locale) -> s
 
 
 @lru_cache(maxsize=256)
-def _moment(day: date, hour: int, minute: int, zone: str, locale: Locale) -> str:
+def _moment(
+    day: date, hour: int, minute: int, zone: str, locale: Locale, joined: bool = False
+) -> str:
     # Cached by the minute: receipts arriving together share it.
     when = _AT_TIME.get(locale.language) or str(get_datetime_format("medium", locale=locale))
     clock = format_time(time(hour, minute), "short", locale=locale)
     shown = _french(str(format_date(day, "long", locale=locale)), locale)
-    return when.replace("'", "").replace("{1}", shown).replace("{0}", f"{clock} {zone}")
+    space = NO_BREAK_SPACE if joined else " "
+    return when.replace("'", "").replace("{1}", shown).replace("{0}", f"{clock}{space}{zone}")
 
 
 @lru_cache(maxsize=1024)

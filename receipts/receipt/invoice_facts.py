@@ -113,7 +113,7 @@ def read_invoice(
     known = api_facts or ApiFacts()
     lines = read_lines(invoice, dict(known.product_names))
     balance = _balance(invoice)
-    address, country = _address(invoice.get("customer_address"))
+    address, country = read_address(invoice.get("customer_address"))
     pdf = invoice.get("invoice_pdf")
     return ReceiptFacts(
         invoice_id=invoice_id,
@@ -223,7 +223,7 @@ def _paid_at(invoice: dict[str, Any], created: int | None) -> int | None:
 _LOCALITY_FIRST = frozenset({"US", "CA", "AU"})
 
 
-def _address(value: object) -> tuple[tuple[str, ...], str | None]:
+def read_address(value: object) -> tuple[tuple[str, ...], str | None]:
     """The billing address as display lines; the country apart, named in the reader's language."""
     if not isinstance(value, dict):
         return (), None

@@ -23,7 +23,9 @@ from receipts.receipt.after_payment import CREDIT_NOTE, REFUND, read_credit_note
 from receipts.receipt.api_facts import ApiFacts, api_facts_from_document
 from receipts.receipt.invoice_facts import ReceiptFacts, read_invoice
 from receipts.receipt.invoice_values import INVALID_AMOUNTS, UnusableInvoice
+from receipts.receipt.pdf import REFUND as REFUND_PDF
 from receipts.receipt.pdf import attachment, receipt_pdf
+from receipts.receipt.pdf_refund import refund_pdf
 from receipts.receipt.rendering import EmailContent, Renderer
 
 
@@ -66,16 +68,26 @@ def render_payload(key: str, render_input: dict[str, Any], renderer: Renderer) -
 
 
 def _refund_payload(key: str, render_input: dict[str, Any], renderer: Renderer) -> dict[str, Any]:
-    """A refund receipt: the refund, where the money goes, the invoice it belongs to."""
+    """A refund receipt: the refund, where the money goes, the invoice it belongs to.
+
+    With RECEIPTS_ATTACH_PDF it carries the same as a PDF, ``refund-<invoice number>.pdf``
+    (the copy for the books too: it is rendered from the same input).
+    """
     facts = read_refund(render_input)
     api_facts = api_facts_from_document(render_input.get("api_facts"))
-    content = renderer.render_refund(
-        facts,
-        locale=renderer.choose_locale(api_facts.preferred_locales),
-        payment_method=api_facts.payment_method or facts.method,
-        sender=render_input["from"],
-    )
-    return _payload_of(content, key, render_input, facts.invoice.to)
+    how = {
+        "locale": renderer.choose_locale(api_facts.preferred_locales),
+        "payment_method": api_facts.payment_method or facts.method,
+        "sender": render_input["from"],
+    }
+    payload = _payload_of(renderer.render_refund(facts, **how), key, render_input, facts.invoice.to)
+    if renderer.attach_pdf:  # RECEIPTS_ATTACH_PDF
+        pdf = refund_pdf(renderer, facts, **how)
+        invoice = facts.invoice
+        payload["attachments"] = [
+            attachment(pdf, invoice.number, invoice.invoice_id, document=REFUND_PDF)
+        ]
+    return payload
 
 
 def _credit_note_payload(

@@ -1,5 +1,10 @@
 """The receipt as a PDF, attached to its email when ``RECEIPTS_ATTACH_PDF`` is true.
 
+What every PDF of the product shares is here too: the attachment (named
+``receipt-<invoice number>.pdf``, or ``refund-…`` for a refund receipt,
+:mod:`receipts.receipt.pdf_refund`), its bound, and the pieces both
+documents are made of (who is billed, the fields shown, where to ask).
+
 The PDF shows what the email shows, from the same view the templates get
 (:class:`~receipts.receipt.presentation.ReceiptView`): the same messages of
 the receipt's catalog and the same formatted amounts and dates, so every
@@ -18,20 +23,47 @@ from __future__ import annotations
 
 import base64
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
+
+from babel import Locale
 
 from receipts.receipt.api_facts import PaymentMethod
 from receipts.receipt.invoice_facts import ReceiptFacts
+from receipts.receipt.payment_methods import N_
 from receipts.receipt.pdf_layout import Document, Row, draw
 from receipts.receipt.presentation import TIMES, ReceiptView
-from receipts.receipt.rendering import PresentedReceipt, Renderer
+from receipts.receipt.rendering import Presented, PresentedReceipt, Renderer
 
 CONTENT_TYPE = "application/pdf"
 # The base64 of one attachment, at most (about 1.5 MiB of PDF; a receipt is 20-60 kB).
 MAX_ATTACHMENT_BASE64 = 2 * 1024 * 1024
-FILENAME = re.compile(r"receipt-[A-Za-z0-9._-]+\.pdf")
+# What each document's file is called before its invoice number: two different documents
+# about one invoice never share a name in the folder an accountant files them in.
+RECEIPT = "receipt"
+REFUND = "refund"
+FILENAME = re.compile(rf"(?:{RECEIPT}|{REFUND})-[A-Za-z0-9._-]+\.pdf")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SupportMessages:
+    """Where to ask, worded for one document: with both contacts, the email, the page."""
+
+    both: str
+    email: str
+    url: str
+
+
+RECEIPT_SUPPORT = SupportMessages(
+    both=N_("Questions about this receipt? Write to %(email)s or visit %(url)s."),
+    email=N_("Questions about this receipt? Write to %(email)s."),
+    url=N_("Questions about this receipt? Visit %(url)s."),
+)
+
+
+Gettext = Callable[[str], str]
 
 
 class ReceiptPdfTooLarge(ValueError):
@@ -58,53 +90,89 @@ def receipt_pdf(
     return draw(receipt_document(presented, paid_at=facts.paid_at))
 
 
-def attachment(pdf: bytes, view_number: str, invoice_id: str) -> dict[str, Any]:
+def attachment(
+    pdf: bytes, view_number: str | None, invoice_id: str, *, document: str = RECEIPT
+) -> dict[str, Any]:
     """The payload's attachment: Resend's shape, which the other providers translate."""
     content = base64.b64encode(pdf).decode("ascii")
     if len(content) > MAX_ATTACHMENT_BASE64:
         raise ReceiptPdfTooLarge(f"{len(content)} base64 characters")
     return {
-        "filename": attachment_filename(view_number, invoice_id),
+        "filename": attachment_filename(view_number, invoice_id, document),
         "content": content,
         "content_type": CONTENT_TYPE,
     }
 
 
-def attachment_filename(number: str | None, invoice_id: str) -> str:
-    """``receipt-<invoice number>.pdf`` (the invoice id without a number), every character
-    outside ``[A-Za-z0-9._-]`` written as ``-``."""
-    return f"receipt-{_UNSAFE.sub('-', number or invoice_id)}.pdf"
+def attachment_filename(number: str | None, invoice_id: str, document: str = RECEIPT) -> str:
+    """``receipt-<invoice number>.pdf`` (``refund-…`` for a refund receipt; the invoice id
+    without a number), every character outside ``[A-Za-z0-9._-]`` written as ``-``."""
+    return f"{document}-{_UNSAFE.sub('-', number or invoice_id)}.pdf"
+
+
+def document_of(
+    presented: Presented[Any], *, title: str, merchant: str | None, **parts: Any
+) -> Document:
+    """A document in the email's language, headed by who it is from (else by its title)."""
+    return Document(
+        language=pdf_language(presented.locale),
+        title=title,
+        heading=merchant or title,
+        author=merchant,
+        subject=title,
+        **parts,
+    )
+
+
+def pdf_language(locale: Locale) -> str:
+    """The PDF's /Lang: "ja", "pt-BR"."""
+    return str(locale).replace("_", "-")
+
+
+def shown_fields(fields: Iterable[tuple[str, str | None]]) -> tuple[tuple[str, str], ...]:
+    """The labelled fields that have a value, in their order."""
+    return tuple((label, value) for label, value in fields if value)
+
+
+def addressee(name: str | None, address: tuple[str, ...], email: str) -> tuple[str, ...]:
+    """Who is billed: name, address lines, email, each that is known."""
+    return tuple(part for part in (name, *address, email) if part)
+
+
+def support_note(
+    email: str | None, url: str | None, messages: SupportMessages, _: Gettext
+) -> str | None:
+    """Where to ask, as the email says it; None without a support address or page."""
+    if email and url:
+        message = _(messages.both)
+    elif email:
+        message = _(messages.email)
+    elif url:
+        message = _(messages.url)
+    else:
+        return None
+    return str(message % {"email": email, "url": url})
 
 
 def receipt_document(presented: PresentedReceipt, *, paid_at: int | None = None) -> Document:
     """The receipt as a document of finished strings, in the receipt's language."""
     view = presented.view
     _ = presented.translations.gettext
-    title = _title(view, _)
-    return Document(
-        language=str(presented.locale).replace("_", "-"),
-        title=title,
-        heading=view.merchant or title,
+    support = support_note(view.support_email, view.support_url, RECEIPT_SUPPORT, _)
+    return document_of(
+        presented,
+        title=_title(view, _),
+        merchant=view.merchant,
         lead=_lead(view, _),
         fields=_fields(view, _),
         addressee_label=_("Billed to"),
-        addressee=_addressee(view),
+        addressee=addressee(view.customer_name, view.customer_address, view.customer_email),
         items_label=_("Items"),
         items=_items(view, presented),
         totals=_totals(view, _),
-        notes=tuple(note for note in (view.memo, view.footer, _support(view, _)) if note),
-        author=view.merchant,
-        subject=title,
+        notes=tuple(note for note in (view.memo, view.footer, support) if note),
         dated=paid_at,
     )
-
-
-Gettext = Callable[[str], str]
-
-
-def _addressee(view: ReceiptView) -> tuple[str, ...]:
-    parts = (view.customer_name, *view.customer_address, view.customer_email)
-    return tuple(part for part in parts if part)
 
 
 def _title(view: ReceiptView, _: Gettext) -> str:
@@ -150,16 +218,17 @@ def _lead(view: ReceiptView, _: Gettext) -> str:
 
 
 def _fields(view: ReceiptView, _: Gettext) -> tuple[tuple[str, str], ...]:
-    fields: list[tuple[str, str | None]] = [
-        (_("Receipt number"), view.receipt_number),
-        (_("Invoice number"), view.number),
-        (_("Paid on"), view.paid_at),
-        (_("Payment method"), view.payment_method),
-        *((found.label, found.value) for found in view.custom_fields),
-        (_("Your tax ID"), view.customer_tax_ids),
-        (_("Seller's tax ID"), view.merchant_tax_ids),
-    ]
-    return tuple((label, value) for label, value in fields if value)
+    return shown_fields(
+        (
+            (_("Receipt number"), view.receipt_number),
+            (_("Invoice number"), view.number),
+            (_("Paid on"), view.paid_at),
+            (_("Payment method"), view.payment_method),
+            *((found.label, found.value) for found in view.custom_fields),
+            (_("Your tax ID"), view.customer_tax_ids),
+            (_("Seller's tax ID"), view.merchant_tax_ids),
+        )
+    )
 
 
 def _items(view: ReceiptView, presented: PresentedReceipt) -> tuple[Row, ...]:
@@ -212,16 +281,3 @@ def _totals(view: ReceiptView, _: Gettext) -> tuple[Row, ...]:
     rows.append(Row(label=paid_label, amount=view.amount_paid, strong=True))
     rows += [Row(label=tax.label, amount=tax.amount) for tax in view.included_taxes]
     return tuple(rows)
-
-
-def _support(view: ReceiptView, _: Gettext) -> str | None:
-    email, url = view.support_email, view.support_url
-    if email and url:
-        message = _("Questions about this receipt? Write to %(email)s or visit %(url)s.")
-    elif email:
-        message = _("Questions about this receipt? Write to %(email)s.")
-    elif url:
-        message = _("Questions about this receipt? Visit %(url)s.")
-    else:
-        return None
-    return str(message % {"email": email, "url": url})

@@ -1,6 +1,6 @@
 """A one-column A4 document of finished strings, drawn as PDF bytes.
 
-The receipt (and later a refund receipt or a credit note) is described as a
+The receipt (and the refund receipt) is described as a
 :class:`Document`: a heading, a title, labelled header fields, an addressee,
 item rows, total rows and closing notes, every string already translated and
 formatted. :func:`draw` lays it out: labels on the left, amounts aligned
@@ -30,9 +30,18 @@ SMALL = 8.5
 LEADING = 1.45  # line height, times the point size
 GREY = (0.38, 0.38, 0.38)
 RULE = (0.8, 0.8, 0.8)
-# CJK characters (a line may break between any two), other words with their spaces, spaces
+# CJK characters (a line may break between any two), other words with their spaces, spaces.
+# As Japanese is set (kinsoku), closing marks stay with what they close and opening ones
+# with what they open: no line starts with a full stop or a closing bracket.
 _WIDE = "\u2e80-\u9fff\uac00-\ud7af\uf900-\ufaff\uff00-\uffef"
-TOKENS = re.compile(rf"[{_WIDE}]\s*|[^\s{_WIDE}]+\s*|\s+")
+# Ideographic comma and full stop, middle dot, fullwidth punctuation and closing brackets,
+# the long vowel mark and the repetition mark.
+_CLOSING = (
+    "\u3001\u3002\uff0c\uff0e\u30fb\uff1a\uff1b\uff01\uff1f"
+    "\uff09\u300d\u300f\u3011\u3015\u3009\u300b\u30fc\u3005"
+)
+_OPENING = "\uff08\u300c\u300e\u3010\u3014\u3008\u300a"  # opening brackets
+TOKENS = re.compile(rf"[{_OPENING}]*[{_WIDE}][{_CLOSING}]*\s*|[^\s{_WIDE}]+[{_CLOSING}]*\s*|\s+")
 
 
 @dataclass(frozen=True, kw_only=True)

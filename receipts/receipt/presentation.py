@@ -24,6 +24,7 @@ from babel.numbers import NumberPattern, format_decimal
 
 from receipts.receipt.api_facts import PaymentMethod, TaxId
 from receipts.receipt.dates import format_moment, format_period
+from receipts.receipt.invoice_details import InvoiceDetails
 from receipts.receipt.invoice_facts import LineItem, ReceiptFacts
 from receipts.receipt.invoice_totals import Discount, Tax
 from receipts.receipt.money import format_amount, receipt_digits
@@ -141,10 +142,9 @@ def present(
         invoice_id=facts.invoice_id,
         customer_name=facts.customer_name,
         customer_email=facts.to,
-        customer_address=_address(facts, locale),
-        customer_tax_ids=_tax_ids(facts.details.customer_tax_ids, _),
-        merchant_tax_ids=_tax_ids(facts.details.merchant_tax_ids, _)
-        or (_("shown on the invoice") if facts.details.merchant_tax_ids_unknown else None),
+        customer_address=address_lines(facts.customer_address, facts.customer_country, locale),
+        customer_tax_ids=tax_ids_shown(facts.details.customer_tax_ids, _),
+        merchant_tax_ids=merchant_tax_ids_shown(facts.details, _),
         custom_fields=tuple(FieldView(label=n, value=v) for n, v in facts.details.custom_fields),
         memo=facts.details.memo,
         footer=facts.details.footer,
@@ -299,7 +299,13 @@ TAX_ID_NAMES = {
 }
 
 
-def _tax_ids(tax_ids: tuple[TaxId, ...], _: Gettext) -> str | None:
+def merchant_tax_ids_shown(details: InvoiceDetails, _: Gettext) -> str | None:
+    """The seller's tax ids; "shown on the invoice" when the invoice names ids nobody told us."""
+    shown = tax_ids_shown(details.merchant_tax_ids, _)
+    return shown or (_("shown on the invoice") if details.merchant_tax_ids_unknown else None)
+
+
+def tax_ids_shown(tax_ids: tuple[TaxId, ...], _: Gettext) -> str | None:
     """ "VAT DE123456789, EIN 12-3456789": each id after its kind, where it has a usual name."""
     shown = []
     for found in tax_ids:
@@ -314,9 +320,12 @@ def _tax_ids(tax_ids: tuple[TaxId, ...], _: Gettext) -> str | None:
     return ", ".join(shown) or None
 
 
-def _address(facts: ReceiptFacts, locale: Locale) -> tuple[str, ...]:
-    country = locale.territories.get(facts.customer_country) if facts.customer_country else None
-    return (*facts.customer_address, country) if country else facts.customer_address
+def address_lines(
+    address: tuple[str, ...], country_code: str | None, locale: Locale
+) -> tuple[str, ...]:
+    """The billing address's lines, then its country named in the reader's language."""
+    country = locale.territories.get(country_code) if country_code else None
+    return (*address, country) if country else address
 
 
 @lru_cache(maxsize=256)

@@ -34,10 +34,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from email.utils import parseaddr
-from functools import cache, lru_cache
+from functools import cache, lru_cache, partial
 from gettext import NullTranslations
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from babel import Locale
@@ -53,7 +53,7 @@ from receipts.receipt.after_payment import (
     read_credit_note,
     read_refund,
 )
-from receipts.receipt.after_payment_views import present_credit_note, present_refund
+from receipts.receipt.after_payment_views import RefundView, present_credit_note, present_refund
 from receipts.receipt.api_facts import PaymentMethod
 from receipts.receipt.catalogs import SOURCE_LANGUAGE, catalog_language, load_catalogs, parse_locale
 from receipts.receipt.invoice_facts import ReceiptFacts
@@ -84,13 +84,20 @@ class EmailContent:
     html: str
 
 
-@dataclass(frozen=True, kw_only=True)
-class PresentedReceipt:
-    """The view the templates get, with the language it is written in (for the PDF)."""
+View = TypeVar("View")
 
-    view: ReceiptView
+
+@dataclass(frozen=True, kw_only=True)
+class Presented(Generic[View]):
+    """The view an email's templates get, with the language it is written in (for its PDF)."""
+
+    view: View
     locale: Locale
     translations: NullTranslations
+
+
+PresentedReceipt = Presented[ReceiptView]
+PresentedRefund = Presented[RefundView]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -209,9 +216,24 @@ class Renderer:
         sender: str | None = None,
     ) -> EmailContent:
         """The refund receipt of ``facts``: how much, to which payment method, when."""
-        chosen = self._chosen(locale)
-        context = self._refund_context(facts, chosen, payment_method, self._contact(sender))
-        return self._content(self._kind_templates[KIND_FOLDERS[REFUND]], context, chosen)
+        presented = self.present_refund(
+            facts, locale=locale, payment_method=payment_method, sender=sender
+        )
+        templates = self._kind_templates[KIND_FOLDERS[REFUND]]
+        return self._content(templates, _refund_context(presented), presented.locale)
+
+    def present_refund(
+        self,
+        facts: RefundFacts,
+        *,
+        locale: str | None = None,
+        payment_method: PaymentMethod | None = None,
+        sender: str | None = None,
+    ) -> PresentedRefund:
+        """What :meth:`render_refund` shows of ``facts``, as finished strings in its language."""
+        return self._presented(
+            partial(present_refund, facts, payment_method=payment_method), locale, sender
+        )
 
     def render_credit_note(
         self,
@@ -228,6 +250,9 @@ class Renderer:
 
     def _chosen(self, locale: str | None) -> Locale:
         return self._default if locale is None else parse_locale(locale) or self._default
+
+    def _translations(self, locale: Locale) -> NullTranslations:
+        return self._catalogs[catalog_language(locale) or SOURCE_LANGUAGE]
 
     def _contact(self, sender: str | None) -> Contact:
         """The settings' contact; the sender's display name when nothing names the merchant."""
@@ -262,18 +287,22 @@ class Renderer:
         sender: str | None = None,
     ) -> PresentedReceipt:
         """What :meth:`render` shows of ``facts``, as finished strings in the receipt's language."""
+        view = partial(present, facts, payment_method=payment_method, receipt_number=receipt_number)
+        return self._presented(view, locale, sender)
+
+    def _presented(
+        self, view: Callable[..., View], locale: str | None, sender: str | None
+    ) -> Presented[View]:
+        """``view`` in the chosen language and time zone, for whom the sender names."""
         chosen = self._chosen(locale)
-        translations = self._catalogs[catalog_language(chosen) or SOURCE_LANGUAGE]
-        view = present(
-            facts,
+        translations = self._translations(chosen)
+        shown = view(
             locale=chosen,
             translations=translations,
             timezone=self.timezone,
-            payment_method=payment_method,
-            receipt_number=receipt_number,
             contact=self._contact(sender),
         )
-        return PresentedReceipt(view=view, locale=chosen, translations=translations)
+        return Presented(view=shown, locale=chosen, translations=translations)
 
     def _render(
         self,
@@ -298,7 +327,7 @@ class Renderer:
         receipt = present(
             facts,
             locale=locale,
-            translations=self._catalogs[catalog_language(locale) or SOURCE_LANGUAGE],
+            translations=self._translations(locale),
             timezone=self.timezone,
             payment_method=payment_method,
             receipt_number=receipt_number,
@@ -324,23 +353,6 @@ class Renderer:
             "paid_date": _Deferred(lambda: self._paid_date(facts.paid_at, locale)),
         }
 
-    def _refund_context(
-        self,
-        facts: RefundFacts,
-        locale: Locale,
-        payment_method: PaymentMethod | None,
-        contact: Contact,
-    ) -> dict[str, Any]:
-        refund = present_refund(
-            facts,
-            locale=locale,
-            translations=self._catalogs[catalog_language(locale) or SOURCE_LANGUAGE],
-            timezone=self.timezone,
-            payment_method=payment_method,
-            contact=contact,
-        )
-        return {"refund": refund, "locale": str(locale), "language": locale.language}
-
     def _credit_note_context(
         self,
         facts: CreditNoteFacts,
@@ -351,7 +363,7 @@ class Renderer:
         note = present_credit_note(
             facts,
             locale=locale,
-            translations=self._catalogs[catalog_language(locale) or SOURCE_LANGUAGE],
+            translations=self._translations(locale),
             timezone=self.timezone,
             payment_method=payment_method,
             contact=contact,
@@ -403,9 +415,8 @@ class Renderer:
         contexts: list[tuple[str, dict[str, Any]]] = []
         for render_input in sample_refund_inputs():
             facts = read_refund(render_input)
-            contexts.append(
-                (REFUND, self._refund_context(facts, self._default, facts.method, self.contact))
-            )
+            presented = self.present_refund(facts, payment_method=facts.method)
+            contexts.append((REFUND, _refund_context(presented)))
         for render_input in sample_credit_note_inputs():
             note = read_credit_note(render_input)
             method = SAMPLE_PAYMENT_METHOD if note.settlement.refunded else None
@@ -432,6 +443,11 @@ class Renderer:
 
 
 Autoescape = Callable[[str | None], bool]
+
+
+def _refund_context(presented: PresentedRefund) -> dict[str, Any]:
+    locale = presented.locale
+    return {"refund": presented.view, "locale": str(locale), "language": locale.language}
 
 
 def _compiled(

@@ -54,8 +54,9 @@
 --     attempt never changes: sql/006_lookups_and_history.sql).
 --   * the email rendered at a row's first claim, once, to the row's
 --     customer_email, with only the fields the product writes (from, to,
---     subject, text, html, its own key's tag, reply_to, and the receipt's PDF
---     as one attachment: receipt-<number>.pdf, application/pdf, base64, at
+--     subject, text, html, its own key's tag, reply_to, and the receipt's or
+--     refund receipt's PDF as one attachment: receipt-<number>.pdf or
+--     refund-<number>.pdf, application/pdf, base64, at
 --     most 2 MiB of it).
 --   It cannot create or delete outbox rows, change a row's recipient, email,
 --   fingerprint or invoice, touch sent or review rows, or read events.
@@ -261,7 +262,8 @@ CREATE POLICY receipts_worker_sends ON email_outbox FOR UPDATE TO :"worker"
                               WHERE field NOT IN ('from', 'to', 'subject', 'text', 'html',
                                                   'tags', 'reply_to', 'attachments'))
                          -- the receipt's PDF (RECEIPTS_ATTACH_PDF): one item, named
-                         -- receipt-<number>.pdf, of base64 content at most 2 MiB long
+                         -- receipt-<number>.pdf (refund-<number>.pdf for a refund
+                         -- receipt), of base64 content at most 2 MiB long
                          AND (NOT payload ? 'attachments'
                               OR (jsonb_typeof(payload -> 'attachments') = 'array'
                                   AND jsonb_array_length(payload -> 'attachments') = 1
@@ -270,7 +272,7 @@ CREATE POLICY receipts_worker_sends ON email_outbox FOR UPDATE TO :"worker"
                                           payload -> 'attachments' -> 0) AS key)
                                       = ARRAY['content', 'content_type', 'filename']
                                   AND payload -> 'attachments' -> 0 ->> 'filename'
-                                      ~ '^receipt-[A-Za-z0-9._-]+\.pdf$'
+                                      ~ '^(receipt|refund)-[A-Za-z0-9._-]+\.pdf$'
                                   AND payload -> 'attachments' -> 0 ->> 'content_type'
                                       = 'application/pdf'
                                   AND jsonb_typeof(payload -> 'attachments' -> 0 -> 'content')

@@ -9,9 +9,11 @@ exactly one email (``refund_claims``), also under two racing transactions.
 
 from __future__ import annotations
 
+import base64
+import json
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import psycopg
@@ -21,7 +23,7 @@ from flask.testing import FlaskClient
 from psycopg.rows import dict_row
 
 from receipts.commands import timeline_text
-from receipts.config import load_settings
+from receipts.config import Settings, load_settings
 from receipts.db import Database
 from receipts.ingest.deriving import ReceiptDeriver
 from receipts.ingest.store import IngestResult, ingest
@@ -32,14 +34,17 @@ from receipts.stripe_api.client import StripeApi
 from receipts.web import create_app
 from tests import stripe_events
 from tests import stripe_objects as objects
+from tests.fake_provider import FakeProviderClient
 from tests.fake_stripe_api import FakeStripeClient, running_fake_stripe_api
 from tests.helpers import wait_for
 from tests.sessions import waiting_on_a_lock
 from tests.stripe_events import TEST_SECRET
+from tests.worker_runs import work
 
 Row = dict[str, Any]
 DB = psycopg.Connection[Row]
 API_KEY = "rk_test_refunds"
+BOOKS = "books@shop.example"
 
 
 @pytest.fixture
@@ -62,6 +67,12 @@ def _app(environ: dict[str, str]) -> Iterator[Flask]:
 @pytest.fixture
 def web(keyed_environ: dict[str, str]) -> Iterator[FlaskClient]:
     yield from (app.test_client() for app in _app(keyed_environ))
+
+
+@pytest.fixture
+def copying_web(keyed_environ: dict[str, str]) -> Iterator[FlaskClient]:
+    environ = {**keyed_environ, "RECEIPTS_COPY_TO": BOOKS}
+    yield from (app.test_client() for app in _app(environ))
 
 
 @pytest.fixture
@@ -384,3 +395,26 @@ def test_two_transactions_claiming_one_refund_one_wins(
         assert result.outcome == "queued"
         assert keys == [sale.key("refund-re_1Race")]
     assert db.execute("SELECT count(*) AS n FROM refund_claims").fetchone() == {"n": 1}
+
+
+def test_with_pdfs_a_refund_and_its_copy_for_the_books_carry_one_refund_pdf(
+    copying_web: FlaskClient,
+    stripe_api: FakeStripeClient,
+    fake: FakeProviderClient,
+    worker_settings: Settings,
+) -> None:
+    """RECEIPTS_ATTACH_PDF and RECEIPTS_COPY_TO: the worker renders both rows of one refund
+    with the same PDF, named after the invoice as a refund (never as its receipt)."""
+    sale = paid(stripe_api, "Pdf")
+    refund = sale.refund("re_1Pdf")
+    stripe_api.add(refunds=[refund])
+    deliver(copying_web, stripe_events.event(refund, type="refund.created"))
+    settings = replace(worker_settings, attach_pdf=True, copy_to=BOOKS)
+    assert work(settings).sent == 2
+    key = sale.key("refund-re_1Pdf")
+    by_key = {sent["key"]: json.loads(sent["body"]) for sent in fake.deliveries()}
+    assert sorted(by_key) == [key, key + "-copy"]
+    [customer_pdf] = by_key[key]["attachments"]
+    assert by_key[key + "-copy"]["attachments"] == [customer_pdf]
+    assert customer_pdf["filename"] == f"refund-{sale.invoice['number']}.pdf"
+    assert base64.b64decode(customer_pdf["content"]).startswith(b"%PDF-")

@@ -606,12 +606,12 @@ def test_the_worker_fills_a_missing_email_only_for_the_rows_customer(
     """A row the webhook stored without its email gets one at its first claim; the
     worker role cannot make that email go to anyone but the row's customer_email, nor
     give it cc, bcc, headers, a tag other than its key's, or attachments other than the
-    receipt's one PDF (RECEIPTS_ATTACH_PDF)."""
-    key = insert_row(db, "in_1Unrendered")
+    receipt's (or refund receipt's) one PDF (RECEIPTS_ATTACH_PDF)."""
+    key, refund_key = insert_row(db, "in_1Unrendered"), insert_row(db, "in_1UnrenderedRefund")
     db.execute(
         "UPDATE email_outbox SET payload = NULL, render_input = '{}', "
-        "customer_email = 'jenny.rosen@example.com' WHERE message_key = %s",
-        (key,),
+        "customer_email = 'jenny.rosen@example.com' WHERE message_key IN (%s, %s)",
+        (key, refund_key),
     )
     tag = [{"name": "message_key", "value": provider_tag(key)}]
     email = {"from": "Shop <billing@shop.example>", "to": ["jenny.rosen@example.com"],
@@ -638,6 +638,17 @@ def test_the_worker_fills_a_missing_email_only_for_the_rows_customer(
         )
         == 1
     )
+    refund_pdf = {**PDF, "filename": "refund-SAMPLE-0001.pdf"}
+    refund_tag = [{"name": "message_key", "value": provider_tag(refund_key)}]
+    refund_email = {**email, "tags": refund_tag, "attachments": [refund_pdf]}
+    assert (
+        changed_rows(
+            roles["worker"],
+            "UPDATE email_outbox SET payload = %s, render_input = NULL WHERE message_key = %s",
+            (Jsonb(refund_email), refund_key),
+        )
+        == 1
+    )
 
 
 PDF = {
@@ -655,6 +666,8 @@ def forged_attachments() -> list[object]:
         PDF,
         [{**PDF, "filename": "invoice.exe"}],
         [{**PDF, "filename": "receipt-../../x.pdf"}],
+        [{**PDF, "filename": "refund-../../x.pdf"}],
+        [{**PDF, "filename": "credit-note-SAMPLE-0001.pdf"}],
         [{**PDF, "content_type": "text/html"}],
         [{**PDF, "path": "https://attacker.example/malware.pdf"}],
         [{key: value for key, value in PDF.items() if key != "content"}],

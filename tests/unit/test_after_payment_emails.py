@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
@@ -320,6 +321,53 @@ def test_every_language_renders_both_kinds_with_its_amounts(language: str) -> No
     for payload in (refund, credit):
         assert f'<html lang="{language.split("_")[0]}">' in payload["html"]
         assert "%(" not in payload["text"] and "%(" not in payload["html"]
+
+
+class _UnbrokenCells(HTMLParser):
+    """The text of each table cell the HTML keeps on one line (``white-space:nowrap``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cells: list[str] = []
+        self._open: list[str] | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        style = (dict(attrs).get("style") or "").replace(" ", "")
+        if tag == "td" and "white-space:nowrap" in style:
+            self._open = []
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "td" and self._open is not None:
+            self.cells.append(" ".join("".join(self._open).split()))
+            self._open = None
+
+    def handle_data(self, data: str) -> None:
+        if self._open is not None:
+            self._open.append(data)
+
+
+def unbroken_cells(html: str) -> list[str]:
+    parser = _UnbrokenCells()
+    parser.feed(html)
+    return parser.cells
+
+
+@pytest.mark.parametrize("language", LANGUAGES)
+def test_only_amounts_are_kept_on_one_line(language: str) -> None:
+    """On a phone (390 px) a cell that may not wrap widens the email past the screen.
+
+    A label, a date or a payment method in a long language ("Número de nota
+    de crédito", "30 de noviembre de 2025, 0:00 UTC") must be free to wrap;
+    only short amounts stay whole.
+    """
+    using = renderer(language)
+    for payload in (
+        refund_email(configured_language(stored("refund_partial")), using),
+        refund_email(configured_language(stored("refund_full_sepa")), using),
+        credit_email(configured_language(stored("credit_note_with_refund")), using),
+    ):
+        for cell in unbroken_cells(payload["html"]):
+            assert len(cell) <= 16, cell
 
 
 # Templates a team owns

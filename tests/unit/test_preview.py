@@ -5,12 +5,12 @@ from __future__ import annotations
 import email
 import email.policy
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from receipts.cli import main
+from tests.pdf_text import text_of
 from tests.receipt_examples import EXAMPLES, example
 
 # No DATABASE_URL: preview must not need one.
@@ -67,9 +67,7 @@ def test_pdf_is_written_to_the_output_file_in_the_receipts_language(
     assert code == 0 and out == "" and str(target) in err
     pdf = target.read_bytes()
     assert pdf.startswith(b"%PDF-")
-    text = subprocess.run(
-        ["pdftotext", "-layout", "-", "-"], input=pdf, capture_output=True, check=True
-    ).stdout.decode()
+    text = text_of(pdf)
     assert "お支払い金額" in text and "40,400" in text
 
 
@@ -232,6 +230,16 @@ def test_a_credit_note_that_would_not_add_up_needs_review(
     assert (code, err.strip()) == (1, f"receipts preview: {path}: not the render input of a refund")
 
 
-def test_a_pdf_is_previewed_for_receipts_only(capsys: pytest.CaptureFixture[str]) -> None:
-    code, _, err = preview(["--kind", "refund", "--format", "pdf"], capsys)
-    assert code == 1 and "only a receipt has a PDF" in err
+def test_a_refund_receipts_pdf_is_written_and_a_credit_note_has_none(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """--kind refund --format pdf: the refund receipt's PDF, in the customer's language."""
+    target = tmp_path / "refund.pdf"
+    path = str(EXAMPLES / "render_input" / "refund_full_sepa.json")
+    code, out, err = preview(
+        ["--kind", "refund", path, "--format", "pdf", "--output", str(target)], capsys
+    )
+    assert code == 0 and out == "" and str(target) in err
+    assert "Rückerstattung" in text_of(target.read_bytes())
+    code, _, err = preview(["--kind", "credit-note", "--format", "pdf"], capsys)
+    assert code == 1 and "links Stripe's own PDF" in err

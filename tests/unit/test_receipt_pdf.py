@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import base64
 import re
-import subprocess
 from dataclasses import replace
 from typing import Any
 
@@ -32,6 +31,7 @@ from receipts.receipt.pdf_layout import wrap
 from receipts.receipt.rendering import Renderer
 from receipts.receipt.samples import SAMPLE_PAYMENT_METHOD, sample_receipts
 from tests import stripe_events
+from tests.pdf_text import shown, text_of
 
 RENDERER = Renderer(support_email="support@example.com", attach_pdf=True)
 FULL = sample_receipts()[0]
@@ -42,23 +42,6 @@ JAPANESE = replace(
     customer_address=("千代田区丸の内1-1-1", "東京都 100-0005"),
     customer_country="JP",
 )
-
-
-def text_of(pdf: bytes) -> str:
-    """What pdftotext reads in ``pdf``, every run of spaces as one space."""
-    found = subprocess.run(
-        ["pdftotext", "-layout", "-enc", "UTF-8", "-", "-"],
-        input=pdf,
-        capture_output=True,
-        check=True,
-    ).stdout.decode("utf-8")
-    return " ".join(found.replace("\u202f", " ").replace("\u00a0", " ").split())
-
-
-def shown(text: str) -> str:
-    return " ".join(
-        text.replace("\u202f", " ").replace("\u00a0", " ").replace("\u2060", "").split()
-    )
 
 
 def email_of(facts: ReceiptFacts, locale: str) -> tuple[Any, str]:
@@ -155,6 +138,20 @@ def test_lines_wrap_between_words_and_anywhere_in_japanese() -> None:
     )
     assert all(width(line, 10) <= 120 for line in lines)
     assert all("$82." not in line or "$82.74" in line for line in lines)  # amounts stay whole
+
+
+def test_no_japanese_line_starts_with_a_full_stop_or_a_closing_bracket() -> None:
+    """Kinsoku: full stops and closing brackets stay with what they close, opening
+    brackets with what they open."""
+    text = (
+        "$20.00が一部返金されました。"
+        "ご返金は、お支払いに使用されたVisa（末尾 4242）に戻されます。"  # noqa: RUF001
+    )
+    for room in range(60, 400, 2):
+        lines = wrap(text, 10, room)
+        assert "".join(lines).replace(" ", "") == text.replace(" ", "")
+        assert not any(line.startswith(("。", "、", "）")) for line in lines), lines  # noqa: RUF001
+        assert not any(line.endswith("（") for line in lines), lines  # noqa: RUF001
 
 
 @pytest.mark.parametrize(

@@ -34,11 +34,12 @@ from typing import Any
 from receipts.addresses import AddressError, parse_mailbox
 from receipts.delivery.answers import json_object
 
+# The one attachment a payload may carry (sql/roles/least_privilege.sql says the same).
+from receipts.receipt.pdf import FILENAME
+
 MESSAGE_KEY_HEADER = "X-Receipts-Message-Key"
 # Where a sender has no usable domain (it never has: EMAIL_FROM is checked).
 FALLBACK_DOMAIN = "receipts.invalid"
-# The one attachment a payload may carry (sql/roles/least_privilege.sql says the same).
-_FILENAME = re.compile(r"receipt-[A-Za-z0-9._-]+\.pdf")
 # The language tag of the HTML part's root element (BCP 47 letters, digits, hyphens).
 _HTML_LANG = re.compile(
     r"<html[^>]*?\slang=\"([A-Za-z]{2,8}(?:-[A-Za-z0-9]{1,8})*)\"", re.IGNORECASE
@@ -125,7 +126,7 @@ def attachments(document: dict[str, Any]) -> list[Attachment]:
         raise ValueError("payload attachments are not one item")
     item = found[0]
     filename = item.get("filename")
-    if not isinstance(filename, str) or not _FILENAME.fullmatch(filename):
+    if not isinstance(filename, str) or not FILENAME.fullmatch(filename):
         raise ValueError("payload attachment is not named receipt-….pdf")
     if item.get("content_type") != "application/pdf" or not isinstance(item.get("content"), str):
         raise ValueError("payload attachment is not a PDF")

@@ -47,6 +47,7 @@ _WEB_REPORTS = frozenset(
 _WEB_STRIPE = frozenset(
     [
         "record_thin_event",
+        "hold_event_for_lookups",
         "recorded_event",
         "note_thin_fetch_failed",
         "resolve_thin_event",

@@ -46,7 +46,8 @@ class Services:
     ) -> Services:
         """Build them; a malformed setting raises ConfigError naming the variable.
 
-        ``clock`` (monotonic seconds) is what the readiness verdict is kept by.
+        ``clock`` (monotonic seconds) is what the readiness verdict is kept by and the
+        look-up budget of a webhook counted with.
         """
         assert settings.database_url is not None
         database = Database(
@@ -58,7 +59,9 @@ class Services:
         )
         wake_up = WakeUp(database.url, NOTIFY_CHANNEL)
         api = StripeApi.from_settings(settings, IN_REQUEST)
-        deriver = ReceiptDeriver(settings, api, budget_seconds=IN_REQUEST_BUDGET_SECONDS)
+        deriver = ReceiptDeriver(
+            settings, api, budget_seconds=IN_REQUEST_BUDGET_SECONDS, clock=clock
+        )
         return cls(
             settings=settings,
             database=database,

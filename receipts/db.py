@@ -60,8 +60,11 @@ class DatabaseUnavailable(Exception):
 
     ``reason`` is a short word safe to show anyone (``/readyz``): ``unreachable``
     (no connection, or it broke), ``read_only`` (the server refuses writes, as a
-    standby does after a failover) or ``timeout`` (a lock or statement took
-    longer than allowed). The message, for logs, may carry the driver's text.
+    standby does after a failover), ``timeout`` (a lock or statement took
+    longer than allowed), ``disk_full``, ``out_of_memory`` or
+    ``insufficient_resources`` (the server lacks what the work needs, SQLSTATE
+    class 53), ``write_failed`` (a write did not commit for another reason).
+    The message, for logs, may carry the driver's text.
     """
 
     def __init__(self, message: str, reason: str = "unreachable") -> None:
@@ -99,6 +102,7 @@ class Database:
         self._prepare_threshold = 5 if prepared_statements else None
         self._pool: ConnectionPool[Connection] | None = None
         self._lock = threading.Lock()
+        self._probe_refused = False  # said once: the role may not write the readiness probe
 
     def _open_pool(self) -> ConnectionPool[Connection]:
         with self._lock:
@@ -173,7 +177,7 @@ class Database:
             limit = f" (limit {self._work_timeout:g} s)" if self._work_timeout else ""
             raise DatabaseUnavailable(describe_error(exc) + limit, "timeout") from exc
         except psycopg.OperationalError as exc:
-            raise DatabaseUnavailable(describe_error(exc)) from exc
+            raise DatabaseUnavailable(describe_error(exc), unavailable_reason(exc)) from exc
 
     def _stop_preparing(self) -> None:
         """Behind a transaction pooler the setting did not name: prepare nothing from now on."""
@@ -256,11 +260,44 @@ class Database:
                 "migrations are pending: run `receipts migrate`", "not_migrated"
             )
 
+    def probe_write(self) -> None:
+        """Raise DatabaseUnavailable unless one small write commits.
+
+        ``health.sql: record_write_probe`` updates the one row of
+        ``readiness_probe`` in a statement of its own (autocommit: no session
+        state, so it works behind a transaction pooler). A server that answers
+        reads but cannot commit (a full disk, out of memory, read-only) is not
+        ready. A web role granted before the probe table existed cannot write
+        it: that says nothing about the database, so it does not hold the
+        deploy back (rerun sql/roles to have the check).
+        """
+        try:
+            with self.autocommit() as conn:
+                conn.execute(queries.load("health")["record_write_probe"])
+        except psycopg.errors.InsufficientPrivilege:
+            if not self._probe_refused:
+                self._probe_refused = True
+                log.warning("this role may not write readiness_probe: rerun sql/roles")
+        except psycopg.Error as exc:
+            raise DatabaseUnavailable(describe_error(exc), "write_failed") from exc
+
     def close(self) -> None:
         with self._lock:
             if self._pool is not None:
                 self._pool.close()
                 self._pool = None
+
+
+# The server lacks what the work needs (SQLSTATE class 53), in words safe to show anyone.
+_RESOURCE_REASONS = {"53100": "disk_full", "53200": "out_of_memory"}
+
+
+def unavailable_reason(error: psycopg.OperationalError) -> str:
+    """The short reason for an operational error: what the server lacks, else unreachable."""
+    state = error.sqlstate or ""
+    if state.startswith("53"):
+        return _RESOURCE_REASONS.get(state, "insufficient_resources")
+    return "unreachable"
 
 
 def not_migrated(error: psycopg.Error) -> str:

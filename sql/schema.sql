@@ -298,3 +298,10 @@ CREATE TABLE refund_claims (
 -- an email because no STRIPE_API_KEY was set.
 CREATE INDEX stripe_events_needs_api_key ON stripe_events (last_received_at)
     WHERE detail = 'needs_stripe_api_key';
+
+-- /readyz proves that a write can commit: it upserts this one row, at most
+-- once every few seconds per web process.
+CREATE TABLE readiness_probe (
+    id         boolean PRIMARY KEY DEFAULT true CHECK (id),
+    checked_at timestamptz NOT NULL
+);

@@ -37,9 +37,15 @@ Control API (JSON): ``POST /_state`` ``{"account": "platform", "invoices": [],
 objects; ``POST /_script`` ``{"answers": [{"status": 500, "path": "/v1/invoices",
 "headers": {"Retry-After": "1"}, "after": 0, "message": "…"}]}`` queues error answers for the next
 requests whose path starts with ``path`` (any path when absent), each once
-``after`` such requests went through; ``GET /_requests``
+``after`` such requests went through; ``POST /_latency`` ``{"path":
+"/v1/invoices/", "seconds": 1.5}`` makes every request whose path starts with
+``path`` take that long (each page of a list too); ``GET /_requests``
 lists every API request (method, path, query, account headers);
 ``POST /_reset`` forgets everything.
+
+A latency is slept, unless the fake was given a clock (in-thread,
+``running_fake_stripe_api(clock=ManualClock())``): the time is then spent on
+that clock, which the code under test reads too, and nothing waits.
 """
 
 from __future__ import annotations
@@ -49,6 +55,7 @@ import json
 import signal
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -57,6 +64,8 @@ from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 import requests
+
+from tests.helpers import ManualClock
 
 Json = dict[str, Any]
 Answer = tuple[int, dict[str, str], Json]
@@ -69,8 +78,9 @@ KINDS = (
 class FakeStripe:
     """The API's state; every method is safe to call from many threads."""
 
-    def __init__(self, api_key: str = "rk_test_fake") -> None:
+    def __init__(self, api_key: str = "rk_test_fake", clock: ManualClock | None = None) -> None:
         self.api_key = api_key
+        self._clock = clock
         self._lock = threading.Lock()
         self.reset()
 
@@ -80,6 +90,7 @@ class FakeStripe:
         self._events: dict[str, list[tuple[Json, bool]]] = {}
         self._invoice_payments: dict[str, list[Json]] = {}
         self._script: list[Json] = []
+        self._latencies: list[tuple[str, float]] = []
         self.requests: list[Json] = []
 
     def add(self, document: Json) -> None:
@@ -103,7 +114,25 @@ class FakeStripe:
         with self._lock:
             self._script.extend(answers)
 
+    def slow_down(self, path: str, seconds: float) -> None:
+        with self._lock:
+            self._latencies.append((path, seconds))
+
     def handle(self, path: str, query: list[tuple[str, str]], headers: Any) -> Answer:
+        answer = self._answer(path, query, headers)
+        self._take_time(path)
+        return answer
+
+    def _take_time(self, path: str) -> None:
+        """The latency set for this path: spent on the shared clock, else slept."""
+        with self._lock:
+            seconds = sum(taken for prefix, taken in self._latencies if path.startswith(prefix))
+        if seconds and self._clock is not None:
+            self._clock.advance(seconds)
+        elif seconds:
+            time.sleep(seconds)
+
+    def _answer(self, path: str, query: list[tuple[str, str]], headers: Any) -> Answer:
         account = _account(headers)
         with self._lock:
             self.requests.append({"method": "GET", "path": path, "query": dict(query),
@@ -267,6 +296,8 @@ class _Handler(BaseHTTPRequestHandler):
             fake.add(command)
         elif self.path == "/_script":
             fake.script(command.get("answers", []))
+        elif self.path == "/_latency":
+            fake.slow_down(str(command.get("path", "")), float(command.get("seconds", 0)))
         elif self.path == "/_reset":
             with fake._lock:
                 fake.reset()
@@ -321,6 +352,10 @@ class FakeStripeClient:
     def script(self, *answers: Json) -> None:
         self._post("/_script", {"answers": list(answers)})
 
+    def latency(self, path: str, seconds: float) -> None:
+        """Every later request whose path starts with ``path`` takes ``seconds`` more."""
+        self._post("/_latency", {"path": path, "seconds": seconds})
+
     def requests(self, path_prefix: str = "/v1/") -> list[Json]:
         found = requests.get(f"{self.url}/_requests", timeout=5).json()["requests"]
         return [r for r in found if r["path"].startswith(path_prefix)]
@@ -333,9 +368,12 @@ class FakeStripeClient:
 
 
 @contextmanager
-def running_fake_stripe_api(api_key: str = "rk_test_fake") -> Iterator[FakeStripeClient]:
-    """A fake Stripe API on a free port, served from a thread of this process."""
-    server = _Server(0, FakeStripe(api_key))
+def running_fake_stripe_api(
+    api_key: str = "rk_test_fake", *, clock: ManualClock | None = None
+) -> Iterator[FakeStripeClient]:
+    """A fake Stripe API on a free port, served from a thread of this process; its
+    latencies are spent on ``clock`` when one is given."""
+    server = _Server(0, FakeStripe(api_key, clock))
     thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     try:

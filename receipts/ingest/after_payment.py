@@ -15,13 +15,15 @@ never the paid invoice with its customer's address, so every such email needs
 4. the invoice's credit notes: a refund that a credit note carries is that
    credit note's email (the same key ``credit_note.created`` gives).
 
-A failed look-up raises :class:`receipts.stripe_api.client.ApiError`; the
-webhook answers 503 so that Stripe delivers the event again later.
+A failed look-up raises :class:`receipts.stripe_api.client.ApiError` (one of
+the invoice's facts past the time budget: ``OutOfTime``); the webhook answers
+503 so that Stripe delivers the event again later.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,7 +46,7 @@ from receipts.receipt.refunds import (
     object_id,
     refund_ignored,
 )
-from receipts.stripe_api.client import Json, NotFound, Scope, StripeApi
+from receipts.stripe_api.client import Deadline, Json, NotFound, Scope, StripeApi
 from receipts.stripe_api.facts import enrich
 
 One = Ignored | ReceiptJob | UnsendableReceipt
@@ -63,11 +65,17 @@ class AfterPayment:
     """Derives refund receipts and credit notes, looking up what they need."""
 
     def __init__(
-        self, api: StripeApi | None, sender: Sender, *, budget_seconds: float | None = None
+        self,
+        api: StripeApi | None,
+        sender: Sender,
+        *,
+        budget_seconds: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.api = api
         self.sender = sender
         self._budget = budget_seconds
+        self._clock = clock
 
     def derive(self, header: EventHeader, scope: Scope) -> Decision:
         """What one refund or credit-note event means; may raise MalformedEvent or ApiError."""
@@ -166,6 +174,6 @@ class AfterPayment:
             invoice: dict[str, Any] = self.api.invoice(invoice_id, scope)
         except NotFound:
             return Ignored(reason=INVOICE_NOT_FOUND)
-        deadline = None if self._budget is None else time.monotonic() + self._budget
+        deadline = None if self._budget is None else Deadline.after(self._budget, self._clock)
         enriched = enrich(self.api, invoice, scope, deadline=deadline)
         return PaidInvoice(invoice=enriched.invoice, facts=enriched.facts, scope=scope)

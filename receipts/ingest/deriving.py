@@ -6,12 +6,15 @@ Every way an invoice arrives (a snapshot webhook, a thin notification,
 fingerprint whichever way it came. With ``STRIPE_API_KEY`` set, a paid invoice
 that will get a receipt is first completed from the API
 (:mod:`receipts.stripe_api.facts`); without a key, or when a look-up fails, it
-is derived exactly as it would be without one.
+is derived exactly as it would be without one. Inside a webhook request the
+look-ups share a budget: past it :class:`receipts.stripe_api.client.OutOfTime`
+is raised and nothing is derived from what was found so far.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import replace
 
 from receipts.config import Settings
@@ -21,10 +24,11 @@ from receipts.receipt.books_copy import with_books_copy
 from receipts.receipt.derivation import Decision, Ignored, Several, derive_receipt, is_zero_value
 from receipts.receipt.event import EventHeader
 from receipts.receipt.refunds import AFTER_PAYMENT_EVENTS, Sender
-from receipts.stripe_api.client import Scope, StripeApi
+from receipts.stripe_api.client import Deadline, Scope, StripeApi
 from receipts.stripe_api.facts import enrich
 
-# Inside a webhook request the look-ups share this budget; the rest are skipped.
+# Inside a webhook request the look-ups of one event, every page included, share this
+# budget; past it the event is answered 503 and finished later without a budget.
 IN_REQUEST_BUDGET_SECONDS = 4.0
 
 
@@ -43,15 +47,18 @@ class ReceiptDeriver:
         api: StripeApi | None,
         *,
         budget_seconds: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.settings = settings
         self.api = api
         self._budget = budget_seconds
+        self._clock = clock
         sender = Sender(email_from=settings.email_from or "", reply_to=settings.reply_to)
-        self._after_payment = AfterPayment(api, sender, budget_seconds=budget_seconds)
+        self._after_payment = AfterPayment(api, sender, budget_seconds=budget_seconds, clock=clock)
 
     def derive(self, header: EventHeader, scope: Scope | None = None) -> Decision:
-        """Decide what one invoice event means; may raise MalformedEvent like derive_receipt."""
+        """Decide what one invoice event means; may raise MalformedEvent like derive_receipt,
+        and OutOfTime when the look-ups ran past the budget."""
         mode = "live" if header.livemode else "test"
         if mode not in self.settings.modes:
             # Recorded, so support can see why; never looked up nor emailed.
@@ -61,7 +68,7 @@ class ReceiptDeriver:
             return self._with_books_copies(decision)
         if self.api is None or not self._will_be_sent(header):
             return self._derive(header, None)
-        deadline = None if self._budget is None else time.monotonic() + self._budget
+        deadline = None if self._budget is None else Deadline.after(self._budget, self._clock)
         enriched = enrich(
             self.api,
             header.data_object,

@@ -21,6 +21,12 @@ redelivery tries again). :meth:`ThinEvents.resolve_pending` is the sweep
 ``receipts backfill`` runs over whatever is still pending after that. An
 invoice the API does not know in the notification's account, or one that is
 not paid, is recorded as ignored with its reason.
+
+A snapshot event whose look-ups ran past its request's budget (thousands of
+invoice lines on a slow API) waits in the same table: :meth:`ThinEvents.hold`
+stores it as Stripe sent it (answered 503, so Stripe sends it again), and the
+sweep derives it with every look-up and no budget, storing the whole receipt.
+Nothing is stored from what the budget cut short.
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ from receipts.ingest.store import IngestResult, ingest
 from receipts.ingest.thin_notifications import (
     INVOICE_PAID,
     PARSE_ONLY_KEY,
+    THIN_OBJECT,
     Notification,
     parse,
 )
@@ -50,8 +57,9 @@ from receipts.ingest.verification import RejectedDelivery
 from receipts.ingest.wakeup import WakeUp
 from receipts.logs import log_fields
 from receipts.receipt.derivation import Decision, Ignored
-from receipts.receipt.event import MalformedEvent
-from receipts.stripe_api.client import ApiError, ApiRefused, NotFound
+from receipts.receipt.event import EventHeader, MalformedEvent, parse_event
+from receipts.stripe_api.client import ApiError, ApiRefused, NotFound, OutOfTime
+from receipts.vocabulary import IngestOutcome
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +124,8 @@ class ThinEvents:
 
     def _receive(self, notification: Notification) -> ThinOutcome:
         if notification.event_type != INVOICE_PAID:
-            result = self._record(notification, {}, Ignored(reason="event_type_not_handled"))
+            ignored = Ignored(reason="event_type_not_handled")
+            result = self._record(notification.event_id, notification.header({}), ignored)
             return _recorded(notification, result)
         with self._database.autocommit() as conn:
             stored = conn.execute(
@@ -143,33 +152,69 @@ class ThinEvents:
         try:
             result = self.resolve(notification)
         except ApiError as exc:
-            kind = "api_refused" if isinstance(exc, ApiRefused) else "api_unavailable"
-            return _pending(notification, f"Stripe API: {exc}", kind)
+            return _pending(notification, f"Stripe API: {exc}", _pending_kind(exc))
         return _recorded(notification, result)
 
     def resolve(self, notification: Notification) -> IngestResult:
         """Fetch the invoice, derive, ingest and mark the notification resolved.
 
         Raises ApiError (after noting it on the pending row) when the API
-        failed; the notification then stays pending for a later try.
+        failed or the look-ups ran past the budget; the notification then
+        stays pending for a later try.
         """
+        try:
+            invoice, decision = self._fetch_and_decide(notification)
+        except ApiError as exc:
+            self._note_failure(notification.event_id, exc)
+            raise
+        return self._record(notification.event_id, notification.header(invoice), decision)
+
+    def _fetch_and_decide(self, notification: Notification) -> tuple[dict[str, Any], Decision]:
         api = self._deriver.api
         assert api is not None
-        decision: Decision
         try:
             invoice = api.invoice(notification.invoice_id, notification.scope)
         except NotFound:
-            invoice, decision = {}, Ignored(reason="invoice_not_in_account")
-        except ApiError as exc:
-            with self._database.autocommit() as conn:
-                conn.execute(
-                    _Q["note_thin_fetch_failed"],
-                    {"event_id": notification.event_id, "error": str(exc)[:500]},
-                )
-            raise
-        else:
-            decision = self._decide(notification, invoice)
-        return self._record(notification, invoice, decision)
+            return {}, Ignored(reason="invoice_not_in_account")
+        return invoice, self._decide(notification, invoice)
+
+    def _note_failure(self, event_id: str, error: ApiError) -> None:
+        with self._database.autocommit() as conn:
+            conn.execute(_Q["note_thin_fetch_failed"], {"event_id": event_id,
+                                                        "error": str(error)[:500]})  # fmt: skip
+
+    def hold(self, header: EventHeader, event: dict[str, Any]) -> ThinOutcome:
+        """Keep a snapshot event whose look-ups ran past the request's budget for the sweep.
+
+        Answered like a pending notification (503: Stripe sends it again), unless
+        the event is recorded already (by the sweep, or by a redelivery whose
+        look-ups fit the budget): then as that recorded event, a redelivery.
+        """
+        try:
+            return self._hold(header, event)
+        except DatabaseUnavailable as exc:
+            log_fields(log, "stripe event not held", logging.ERROR,
+                       event_id=header.event_id, reason=str(exc))  # fmt: skip
+            return _outcome_of(header, ThinState.UNAVAILABLE, "unavailable",
+                               detail="database unavailable")  # fmt: skip
+
+    def _hold(self, header: EventHeader, event: dict[str, Any]) -> ThinOutcome:
+        late = "Stripe's API took longer than a webhook may wait"
+        if "\\u0000" in json.dumps(event):
+            # jsonb cannot hold it: not kept here; `receipts backfill` finds the
+            # event among the undelivered ones in Stripe's Events API.
+            return _outcome_of(header, ThinState.PENDING, "out_of_time", detail=late)
+        with self._database.autocommit() as conn:
+            held = conn.execute(_Q["hold_event_for_lookups"], {
+                "event_id": header.event_id, "event_type": header.event_type,
+                "account": header.account, "livemode": header.livemode,
+                "related_object_id": str(header.data_object.get("id") or ""),
+                "notification": Jsonb(event), "error": late,
+            }).fetchone()  # fmt: skip
+        if held is not None and held["outcome"] is not None:
+            return _outcome_of(header, ThinState.RECORDED, held["outcome"],
+                               message_key=held["message_key"], redelivery=True)  # fmt: skip
+        return _outcome_of(header, ThinState.PENDING, "out_of_time", detail=late)
 
     def _decide(self, notification: Notification, invoice: dict[str, Any]) -> Decision:
         if invoice.get("id") != notification.invoice_id:
@@ -183,18 +228,17 @@ class ThinEvents:
         except MalformedEvent:
             return Ignored(reason="invoice_not_usable")
 
-    def _record(
-        self, notification: Notification, invoice: dict[str, Any], decision: Decision
-    ) -> IngestResult:
+    def _record(self, event_id: str, header: EventHeader, decision: Decision) -> IngestResult:
         with self._database.transaction() as conn:
-            result = ingest(conn, notification.header(invoice), decision)
-            conn.execute(_Q["resolve_thin_event"], {"event_id": notification.event_id})
+            result = ingest(conn, header, decision)
+            conn.execute(_Q["resolve_thin_event"], {"event_id": event_id})
         if result.outcome == "queued" and self._wake_up is not None:
             self._wake_up.poke()
         return result
 
     def resolve_pending(self, *, min_age_seconds: float = 60.0, batch: int = 100) -> SweepReport:
-        """Resolve every notification still pending; stop at the first API failure."""
+        """Resolve every notification and held event still pending; stop at the first API
+        failure."""
         report = SweepReport()
         after_time, after_id = datetime(1970, 1, 1, tzinfo=UTC), ""
         while True:
@@ -206,8 +250,7 @@ class ThinEvents:
                 ).fetchall()  # fmt: skip
             for row in rows:
                 try:
-                    notification = parse(json.dumps(row["notification"]), self._parser)
-                    result = self.resolve(notification)
+                    result = self._resolve_stored(row["notification"])
                 except RejectedDelivery as rejected:
                     report.outcomes["unreadable"] += 1
                     log_fields(log, "stored thin event unreadable", logging.ERROR,
@@ -220,6 +263,50 @@ class ThinEvents:
             if len(rows) < batch:
                 return report
             after_time, after_id = rows[-1]["first_received_at"], rows[-1]["event_id"]
+
+    def _resolve_stored(self, body: dict[str, Any]) -> IngestResult:
+        """One stored row: a thin notification, or a snapshot event held past its budget."""
+        if body.get("object") == THIN_OBJECT:
+            return self.resolve(parse(json.dumps(body), self._parser))
+        return self._finish_held(body)
+
+    def _finish_held(self, event: dict[str, Any]) -> IngestResult:
+        """Derive a held snapshot event with every look-up (this deriver's own budget, none
+        for backfill's), store it and mark it resolved; or only mark it, when a
+        redelivery recorded the event meanwhile."""
+        try:
+            header = parse_event(event)
+        except MalformedEvent as exc:
+            raise RejectedDelivery(f"not a Stripe event: {exc}") from None
+        recorded = self._resolve_if_recorded(header.event_id)
+        if recorded is not None:
+            return recorded
+        try:
+            decision = self._deriver.derive(header)
+        except ApiError as exc:
+            self._note_failure(header.event_id, exc)
+            raise
+        except Exception as exc:
+            # As the webhook treats it (400): values no receipt can be made of. Only
+            # the error's type is logged: its message may quote customer data.
+            log_fields(log, "held stripe event: no receipt could be derived", logging.ERROR,
+                       event_id=header.event_id, error=type(exc).__name__)  # fmt: skip
+            decision = Ignored(reason="invoice_not_usable")
+        return self._record(header.event_id, header, decision)
+
+    def _resolve_if_recorded(self, event_id: str) -> IngestResult | None:
+        """What a recorded event became, its held row marked resolved; None if not recorded."""
+        with self._database.autocommit() as conn:
+            recorded = conn.execute(_Q["recorded_event"], {"event_id": event_id}).fetchone()
+            if recorded is None:
+                return None
+            conn.execute(_Q["resolve_thin_event"], {"event_id": event_id})
+        return IngestResult(
+            event_id=event_id,
+            outcome=IngestOutcome(recorded["outcome"]),
+            message_key=recorded["message_key"],
+            redelivery=True,
+        )
 
 
 _Q = queries.load("stripe_api")
@@ -245,6 +332,28 @@ def _recorded_before(notification: Notification, recorded: dict[str, Any]) -> Th
         message_key=recorded["message_key"],
         redelivery=True,
     )
+
+
+def _pending_kind(error: ApiError) -> str:
+    """Why a notification waits, in one word: the key refused, out of time, or the API down."""
+    if isinstance(error, ApiRefused):
+        return "api_refused"
+    return "out_of_time" if isinstance(error, OutOfTime) else "api_unavailable"
+
+
+def _outcome_of(
+    header: EventHeader,
+    state: ThinState,
+    outcome: str,
+    *,
+    message_key: str | None = None,
+    redelivery: bool = False,
+    detail: str | None = None,
+) -> ThinOutcome:
+    """What receiving a snapshot event held for its look-ups did."""
+    return ThinOutcome(state=state, event_id=header.event_id, event_type=header.event_type,
+                       outcome=outcome, message_key=message_key, redelivery=redelivery,
+                       detail=detail)  # fmt: skip
 
 
 def _pending(notification: Notification, reason: str, outcome: str) -> ThinOutcome:

@@ -47,6 +47,7 @@ _WEB_REPORTS = frozenset(
 _WEB_STRIPE = frozenset(
     [
         "record_thin_event",
+        "hold_event_for_lookups",
         "recorded_event",
         "note_thin_fetch_failed",
         "resolve_thin_event",
@@ -82,7 +83,8 @@ PROCESS_STATEMENTS: dict[str, dict[str, frozenset[str] | None]] = {
         "review": None,
         "imports": None,
         "stripe_api": _OPERATOR_STRIPE,
-        "health": None,
+        # (not the write probe: only /readyz writes it)
+        "health": frozenset({"accepts_writes", "durable_commits", "migrations_applied"}),
         "migrations": frozenset({"applied_migration_versions"}),
         "ingest": _OPERATOR_INGEST,
         # the support console (RECEIPTS_CONSOLE_DATABASE_URL): failed logins, its chart

@@ -9,3 +9,8 @@ SET synchronous_commit = on
 -- name: migrations_applied
 -- How many of the given migration numbers are applied (a database the release phase has not migrated yet is not ready).
 SELECT count(*) AS applied FROM schema_migrations WHERE version = ANY(%(versions)s)
+
+-- name: record_write_probe
+-- Proves that a write commits (a full disk, a server out of memory or a read-only one refuses it): the one probe row, updated in place.
+INSERT INTO readiness_probe (id, checked_at) VALUES (true, now())
+ON CONFLICT (id) DO UPDATE SET checked_at = excluded.checked_at

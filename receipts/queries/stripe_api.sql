@@ -12,6 +12,22 @@ ON CONFLICT (event_id) DO UPDATE
        last_received_at = now()
 RETURNING status, (xmax = 0) AS first_delivery
 
+-- name: hold_event_for_lookups
+-- A snapshot event whose look-ups ran past its request's budget, kept beside the thin notifications for the sweep; a redelivery only counts itself. Says whether the sweep resolved it and what the event became if it is recorded.
+WITH held AS (
+    INSERT INTO stripe_thin_events (event_id, event_type, account, livemode, related_object_id,
+                                    notification, last_error)
+    VALUES (%(event_id)s, %(event_type)s, %(account)s, %(livemode)s, %(related_object_id)s,
+            %(notification)s, %(error)s)
+    ON CONFLICT (event_id) DO UPDATE
+       SET deliveries = stripe_thin_events.deliveries + 1,
+           last_received_at = now()
+    RETURNING status
+)
+SELECT held.status, recorded.outcome, recorded.detail, recorded.message_key
+  FROM held
+  LEFT JOIN stripe_events recorded ON recorded.event_id = %(event_id)s
+
 -- name: recorded_event
 -- What an already recorded event became: its first outcome, key and reason.
 SELECT outcome, detail, message_key FROM stripe_events WHERE event_id = %(event_id)s

@@ -61,7 +61,23 @@ class NotFound(ApiError):
 
 
 class OutOfTime(ApiError):
-    """A list's next page was due after the caller's deadline: the rest was not asked for."""
+    """A look-up, or a list's next page, was due after the caller's deadline: it was not
+    asked for."""
+
+
+@dataclass(frozen=True)
+class Deadline:
+    """A moment on a monotonic clock after which no further request starts."""
+
+    at: float
+    clock: Callable[[], float] = time.monotonic
+
+    @classmethod
+    def after(cls, seconds: float, clock: Callable[[], float] = time.monotonic) -> Deadline:
+        return cls(at=clock() + seconds, clock=clock)
+
+    def passed(self) -> bool:
+        return self.clock() >= self.at
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -220,10 +236,10 @@ class StripeApi:
         return [note for page in pages for note in page.items]
 
     def invoice_lines(
-        self, invoice_id: str, scope: Scope, *, deadline: float | None = None
+        self, invoice_id: str, scope: Scope, *, deadline: Deadline | None = None
     ) -> list[Json]:
-        """Every line of an invoice, however many pages; OutOfTime past ``deadline``
-        (``time.monotonic()``), checked before each page."""
+        """Every line of an invoice, however many pages; OutOfTime past ``deadline``,
+        checked before each page after the first."""
         lines: list[Json] = []
         for page in self._pages(
             lambda after: self.client.v1.invoices.line_items.list(
@@ -272,11 +288,11 @@ class StripeApi:
         return [endpoint for page in pages for endpoint in page.items]
 
     def _pages(
-        self, fetch: Callable[[str | None], Any], *, deadline: float | None = None
+        self, fetch: Callable[[str | None], Any], *, deadline: Deadline | None = None
     ) -> Iterator[Page]:
         after: str | None = None
         while True:
-            if after is not None and deadline is not None and time.monotonic() >= deadline:
+            if after is not None and deadline is not None and deadline.passed():
                 raise OutOfTime("the time budget ran out before the list's last page")
             page = self._list(functools.partial(fetch, after))
             yield page

@@ -9,10 +9,13 @@ lines have no description (``GET /v1/products/{id}``, once per product), and,
 on API versions since 2025-03-31.basil, what was paid outside Stripe (the
 invoice's payments whose payment record was processed elsewhere). Every call
 names the same account as the invoice's (``Stripe-Account`` or
-``Stripe-Context``). A look-up that fails, or that would start after the
-deadline, leaves its part out: the receipt is made as it would be without it,
-ingest goes on, and ``receipts_stripe_api_lookups_total{lookup, outcome}``
-counts it.
+``Stripe-Context``). A look-up that fails leaves its part out: the receipt is
+made as it would be without it, ingest goes on, and
+``receipts_stripe_api_lookups_total{lookup, outcome}`` counts it. A look-up
+(or a page of lines) that would start after the deadline is not made, and
+:func:`enrich` raises :class:`OutOfTime`: a receipt is never made from part
+of what the budget cut short (the webhook answers 503 and keeps the event
+for a later run without the budget).
 
 The payment method (and the charge's receipt number) is found as the
 invoice's API version allows: ``charge`` on invoices rendered before
@@ -24,10 +27,9 @@ from __future__ import annotations
 
 import functools
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import NoReturn, TypeVar
 
 from prometheus_client import Counter
 
@@ -37,7 +39,15 @@ from receipts.receipt.invoice_details import is_paid_off_stripe
 from receipts.receipt.invoice_lines import products_to_name
 from receipts.receipt.payment_methods import method_of, receipt_number_of
 from receipts.receipt.untrusted import one_line
-from receipts.stripe_api.client import ApiError, Json, NotFound, OutOfTime, Scope, StripeApi
+from receipts.stripe_api.client import (
+    ApiError,
+    Deadline,
+    Json,
+    NotFound,
+    OutOfTime,
+    Scope,
+    StripeApi,
+)
 
 log = logging.getLogger(__name__)
 
@@ -59,8 +69,10 @@ class Enriched:
     facts: ApiFacts
 
 
-def enrich(api: StripeApi, invoice: Json, scope: Scope, *, deadline: float | None) -> Enriched:
-    """Look everything up; never raises for a failed look-up."""
+def enrich(api: StripeApi, invoice: Json, scope: Scope, *, deadline: Deadline | None
+           ) -> Enriched:  # fmt: skip
+    """Look everything up; never raises for a failed look-up, raises OutOfTime past
+    ``deadline``."""
     lookups = _Lookups(invoice_id=str(invoice.get("id")), deadline=deadline)
     invoice = dict(invoice)
     lines = invoice.get("lines")
@@ -259,24 +271,20 @@ class _Lookups:
     """Runs look-ups for one invoice: time budget, counting, logging."""
 
     invoice_id: str
-    deadline: float | None
+    deadline: Deadline | None
 
     def run(self, lookup: str, call: Callable[[], T | None]) -> T | None:
-        if self.deadline is not None and time.monotonic() >= self.deadline:
-            LOOKUPS.labels(lookup=lookup, outcome="skipped").inc()
-            log_fields(log, "stripe api look-up skipped: time budget spent", lookup=lookup,
-                       invoice_id=self.invoice_id)  # fmt: skip
-            return None
+        """The look-up's answer, None when it found nothing or failed; OutOfTime past
+        the deadline."""
+        if self.deadline is not None and self.deadline.passed():
+            self._out_of_time(lookup, "stripe api look-up not made: time budget spent")
         try:
             found = call()
         except NotFound:
             LOOKUPS.labels(lookup=lookup, outcome="none").inc()
             return None
         except OutOfTime:
-            LOOKUPS.labels(lookup=lookup, outcome="skipped").inc()
-            log_fields(log, "stripe api look-up cut short: time budget spent", lookup=lookup,
-                       invoice_id=self.invoice_id)  # fmt: skip
-            return None
+            self._out_of_time(lookup, "stripe api look-up cut short: time budget spent")
         except (ApiError, KeyError, TypeError, ValueError) as exc:
             LOOKUPS.labels(lookup=lookup, outcome="failed").inc()
             log_fields(log, "stripe api look-up failed; the receipt goes without it",
@@ -285,6 +293,11 @@ class _Lookups:
             return None
         LOOKUPS.labels(lookup=lookup, outcome="ok" if found is not None else "none").inc()
         return found
+
+    def _out_of_time(self, lookup: str, message: str) -> NoReturn:
+        LOOKUPS.labels(lookup=lookup, outcome="skipped").inc()
+        log_fields(log, message, lookup=lookup, invoice_id=self.invoice_id)
+        raise OutOfTime(f"the look-up budget ran out at {lookup}")
 
 
 def _short(error: BaseException) -> str:

@@ -12,7 +12,8 @@ process starts while the database is down (``docs/architecture.md``).
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 
 # Every delivery is verified with it (receipts.ingest.verification imports it where
 # it is used): imported with the app, so preloaded workers share it.
@@ -25,14 +26,20 @@ from receipts.web import console, health, metrics, resend_webhooks, services, st
 
 
 def create_app(
-    settings: Settings | None = None, *, environ: Mapping[str, str] | None = None
+    settings: Settings | None = None,
+    *,
+    environ: Mapping[str, str] | None = None,
+    clock: Callable[[], float] = time.monotonic,
 ) -> Flask:
-    """Build the WSGI app. Nothing connects here: the pool opens on first use."""
+    """Build the WSGI app. Nothing connects here: the pool opens on first use.
+
+    ``clock`` (monotonic seconds) is the process's own; tests pass one they move.
+    """
     if settings is None:
         settings = load_settings(os.environ if environ is None else environ, required=WEB_REQUIRES)
     app = Flask("receipts")
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
-    shared = services.init_app(app, settings)
+    shared = services.init_app(app, settings, clock=clock)
     app.register_blueprint(stripe_webhooks.blueprint)
     app.register_blueprint(health.blueprint)
     app.register_blueprint(resend_webhooks.blueprint)

@@ -1,10 +1,12 @@
 """``GET /healthz`` (the process answers) and ``GET /readyz`` (the database can take writes).
 
 ``/readyz`` answers 503 while PostgreSQL is unreachable, refuses writes (a
-standby after a failover), lacks a migration this code ships, or times out,
-naming the failing dependency and a short reason, never the driver's message:
-the endpoint is open to anyone. The
-process keeps running (``docs/architecture.md``, "Interface contract").
+standby after a failover), lacks a migration this code ships, times out, or
+cannot commit a write (a full disk, out of memory), naming the failing
+dependency and a short reason, never the driver's message: the endpoint is
+open to anyone. The reads run on every poll; the write is made at most once
+every few seconds per process (:mod:`receipts.web.readiness`). The process
+keeps running (``docs/architecture.md``, "Interface contract").
 """
 
 from __future__ import annotations
@@ -37,8 +39,10 @@ def _migration_versions() -> tuple[int, ...]:
 
 @blueprint.get("/readyz")
 def readyz() -> tuple[Response, int]:
+    svc = services()
     try:
-        services().database.check_ready(_migration_versions())
+        svc.database.check_ready(_migration_versions())
+        svc.write_probe.check()
     except DatabaseUnavailable as exc:
         log_fields(log, "not ready", logging.WARNING, failing="database", reason=str(exc))
         return jsonify(status="unavailable", failing="database", reason=exc.reason), 503

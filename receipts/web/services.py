@@ -8,6 +8,8 @@ database is down (``docs/architecture.md``, "Interface contract").
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from flask import Flask, current_app
@@ -21,6 +23,7 @@ from receipts.ingest.thin_events import ThinEvents
 from receipts.ingest.wakeup import WakeUp
 from receipts.stripe_api.client import IN_REQUEST, StripeApi
 from receipts.vocabulary import NOTIFY_CHANNEL
+from receipts.web.readiness import WriteProbe
 
 _EXTENSION = "receipts"
 
@@ -35,10 +38,17 @@ class Services:
     resend_verifier: Webhook | None  # None: Resend delivery webhooks not configured
     deriver: ReceiptDeriver  # invoice -> receipt decision, with the Stripe API's facts if keyed
     thin_events: ThinEvents
+    write_probe: WriteProbe  # /readyz: can a write commit (the verdict kept a few seconds)
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> Services:
-        """Build them; a malformed setting raises ConfigError naming the variable."""
+    def from_settings(
+        cls, settings: Settings, *, clock: Callable[[], float] = time.monotonic
+    ) -> Services:
+        """Build them; a malformed setting raises ConfigError naming the variable.
+
+        ``clock`` (monotonic seconds) is what the readiness verdict is kept by and the
+        look-up budget of a webhook counted with.
+        """
         assert settings.database_url is not None
         database = Database(
             settings.database_url,
@@ -49,7 +59,9 @@ class Services:
         )
         wake_up = WakeUp(database.url, NOTIFY_CHANNEL)
         api = StripeApi.from_settings(settings, IN_REQUEST)
-        deriver = ReceiptDeriver(settings, api, budget_seconds=IN_REQUEST_BUDGET_SECONDS)
+        deriver = ReceiptDeriver(
+            settings, api, budget_seconds=IN_REQUEST_BUDGET_SECONDS, clock=clock
+        )
         return cls(
             settings=settings,
             database=database,
@@ -57,12 +69,15 @@ class Services:
             resend_verifier=signature_verifier(settings.resend_webhook_secret),
             deriver=deriver,
             thin_events=ThinEvents(database, deriver, wake_up),
+            write_probe=WriteProbe(database, clock=clock),
         )
 
 
-def init_app(app: Flask, settings: Settings) -> Services:
+def init_app(
+    app: Flask, settings: Settings, *, clock: Callable[[], float] = time.monotonic
+) -> Services:
     """Build the app's services and keep them on the app."""
-    built = Services.from_settings(settings)
+    built = Services.from_settings(settings, clock=clock)
     app.extensions[_EXTENSION] = built
     return built
 

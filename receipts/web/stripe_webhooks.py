@@ -5,6 +5,9 @@ store the event and its outbox row in one statement, then wake the workers
 after the commit (``docs/architecture.md``, "Data flow"). A bad signature or
 an unusable event is a 400 and stores nothing; a database outage is a 503 so
 that Stripe retries; everything else is a 200, duplicates and conflicts too.
+An event whose look-ups in Stripe's API ran past the request's budget is
+held for the sweep (``receipts backfill``) and answered 503: nothing is
+stored from what the budget cut short.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from receipts.ingest.verification import RejectedDelivery, decode_event, verify_
 from receipts.logs import log_fields
 from receipts.receipt.derivation import Decision
 from receipts.receipt.event import EventHeader, MalformedEvent
-from receipts.stripe_api.client import ApiError
+from receipts.stripe_api.client import ApiError, OutOfTime
 from receipts.vocabulary import IngestOutcome
 from receipts.web import metrics
 from receipts.web.bodies import BodyRefused, read_body
@@ -67,8 +70,10 @@ def _handle_stripe_event(started: float) -> _Answer:
         )
         if looks_thin(text):
             return _thin_answer(svc.thin_events.receive(text), started)
-        header, _event = decode_event(text)
+        header, event = decode_event(text)
         decision = _derive(svc, header)
+    except OutOfTime:
+        return _thin_answer(svc.thin_events.hold(header, event), started, "stripe webhook")
     except ApiError as failed:
         return _lookup_failed(header, failed)
     except BodyRefused as refused:
@@ -99,21 +104,22 @@ def _rejected(status: int, reason: str) -> _Answer:
     return jsonify(error=reason), status, "unknown", "rejected"
 
 
-def _thin_answer(thin: ThinOutcome, started: float) -> _Answer:
-    """200 once the notification's event is recorded; 503 while it waits, so Stripe retries."""
+def _thin_answer(thin: ThinOutcome, started: float, what: str = "stripe thin event") -> _Answer:
+    """200 once the event is recorded; 503 while it waits for the API, so Stripe retries."""
     if thin.state == ThinState.RECORDED:
         status = 200
         body = {"received": True, "outcome": thin.outcome, "message_key": thin.message_key}
     elif thin.state == ThinState.PENDING:
-        status, body = 503, {"error": f"{thin.detail}; the notification is stored, retry later"}
+        status, body = 503, {"error": f"{thin.detail}; the event is stored, retry later"}
     else:
         status, body = 503, {"error": "database unavailable, retry later"}
     level = logging.INFO
     if status >= 500:
-        level = logging.ERROR
+        # Held past the look-up budget: the sweep finishes it, nothing failed.
+        level = logging.WARNING if thin.outcome == "out_of_time" else logging.ERROR
     elif thin.outcome in (IngestOutcome.CONFLICT, IngestOutcome.REVIEW):
         level = logging.WARNING
-    log_fields(log, "stripe thin event", level, event_id=thin.event_id, type=thin.event_type,
+    log_fields(log, what, level, event_id=thin.event_id, type=thin.event_type,
                status=status, outcome=thin.outcome, key=thin.message_key, detail=thin.detail,
                ms=round((time.perf_counter() - started) * 1000, 1))  # fmt: skip
     label = "redelivery" if thin.redelivery else thin.outcome

@@ -121,7 +121,7 @@ $$;
 -- Start from nothing, so a rerun also takes back what an older version granted.
 REVOKE ALL ON stripe_events, email_outbox, email_attempts, operator_actions, resend_events,
     stripe_thin_events, reconcile_runs, sending_pauses, schema_migrations, console_login_failures,
-    refund_claims
+    refund_claims, readiness_probe
     FROM :"web", :"worker", :"operator";
 REVOKE ALL ON SEQUENCE email_attempts_id_seq, operator_actions_id_seq, reconcile_runs_id_seq,
     console_login_failures_id_seq
@@ -158,6 +158,8 @@ GRANT UPDATE (delivery_status, delivery_status_at, delivery_detail, updated_at)
 GRANT SELECT ON email_attempts, reconcile_runs, sending_pauses TO :"web";
 -- web and worker: /readyz and the health checks ask which migrations are applied
 GRANT SELECT ON schema_migrations TO :"web", :"worker";
+-- web: /readyz proves that a write commits by updating its one probe row
+GRANT SELECT, INSERT, UPDATE ON readiness_probe TO :"web";
 
 -- worker: claim and record
 GRANT SELECT ON email_outbox TO :"worker";

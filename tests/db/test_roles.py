@@ -974,12 +974,20 @@ def test_the_console_decides_as_the_operator_role_beside_a_web_role(
 def test_readyz_as_the_web_role_knows_the_migrations_and_an_older_grant_does_not_fail_it(
     roles: dict[str, str], environ: dict[str, str], db: Db, prefix: str
 ) -> None:
-    """The web role reads schema_migrations for /readyz. A deploy whose roles were
-    granted before that (the script not rerun yet) stays ready rather than failing."""
-    app = create_app(load_settings({**environ, "DATABASE_URL": roles["web"]}))
+    """The web role reads schema_migrations and writes the probe row for /readyz. A
+    deploy whose roles were granted before that (the script not rerun yet) stays ready
+    rather than failing."""
+    settings = load_settings({**environ, "DATABASE_URL": roles["web"]})
+    app = create_app(settings)
     try:
         assert app.test_client().get("/readyz").status_code == 200
-        db.execute(f'REVOKE SELECT ON schema_migrations FROM "{prefix}_web"')
+        assert db.execute("SELECT count(*) AS n FROM readiness_probe").fetchone() == {"n": 1}
+    finally:
+        app.extensions["receipts"].database.close()
+    db.execute(f'REVOKE SELECT ON schema_migrations FROM "{prefix}_web"')
+    db.execute(f'REVOKE ALL ON readiness_probe FROM "{prefix}_web"')
+    app = create_app(settings)  # a process of its own: no verdict kept yet
+    try:
         assert app.test_client().get("/readyz").status_code == 200
     finally:
         app.extensions["receipts"].database.close()

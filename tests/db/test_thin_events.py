@@ -16,12 +16,13 @@ from receipts.cli import main
 from receipts.config import load_settings
 from receipts.delivery.configured import provider_from_settings
 from receipts.delivery.worker import run_worker
+from receipts.ingest.deriving import IN_REQUEST_BUDGET_SECONDS
 from receipts.web import create_app
 from tests import stripe_events
 from tests import stripe_objects as objects
 from tests.fake_provider import FakeProviderClient, running_fake_provider
 from tests.fake_stripe_api import FakeStripeClient, running_fake_stripe_api
-from tests.helpers import METRICS_AUTH
+from tests.helpers import METRICS_AUTH, ManualClock
 from tests.stripe_events import TEST_SECRET
 
 Row = dict[str, Any]
@@ -371,3 +372,76 @@ def test_waiting_notifications_show_in_status(
     out = capsys.readouterr().out
     assert "thin events     1 waiting for the Stripe API" in out
     assert "NEEDS A PERSON: 1 thin event notification(s) wait" in out
+
+
+# --- the look-up budget -------------------------------------------------------------------
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    """The web process's clock, moved only by the slow fake API's requests."""
+    return ManualClock()
+
+
+@pytest.fixture
+def slow_api(clock: ManualClock) -> Iterator[FakeStripeClient]:
+    """A fake Stripe API whose latencies pass on ``clock``: no request waits."""
+    with running_fake_stripe_api(API_KEY, clock=clock) as fake:
+        yield fake
+
+
+@pytest.fixture
+def slow_environ(environ: dict[str, str], slow_api: FakeStripeClient) -> dict[str, str]:
+    return {**environ, "STRIPE_API_KEY": API_KEY, "STRIPE_API_BASE": slow_api.url}
+
+
+@pytest.fixture
+def slow_web(slow_environ: dict[str, str], clock: ManualClock) -> Iterator[FlaskClient]:
+    app = create_app(load_settings(slow_environ), clock=clock)
+    yield app.test_client()
+    app.extensions["receipts"].database.close()
+
+
+def lines_stored(db: DB) -> list[int]:
+    """How many lines of its invoice each outbox row's render input carries from the API."""
+    rows = db.execute(
+        "SELECT json_array_length(render_input -> 'api_facts' -> 'all_lines') AS n"
+        " FROM email_outbox ORDER BY message_key"
+    ).fetchall()
+    return [row["n"] for row in rows]
+
+
+def test_lines_past_the_budget_store_nothing_and_the_sweep_stores_every_line(
+    slow_web: FlaskClient, slow_api: FakeStripeClient, resend: FakeProviderClient,
+    slow_environ: dict[str, str], db: DB, database_url: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    """250 lines, three pages, each taking half the webhook's look-up budget: the budget
+    is spent after two pages, so the webhook answers 503 and stores no receipt (never
+    one with the payload's 10 lines) but holds the event. `receipts backfill`, without
+    the budget, stores the receipt with all 250 lines; Stripe's next delivery of the
+    event finds it: 200, one row, one email listing lines the payload did not carry."""
+    invoice = paid_invoice(slow_api, lines=250, shown_lines=10, amount=25000)
+    lines_path = f"/v1/invoices/{invoice['id']}/lines"
+    slow_api.latency(lines_path, IN_REQUEST_BUDGET_SECONDS / 2)
+    event = stripe_events.event(invoice)
+    late = deliver(slow_web, event)
+    assert late.status_code == 503 and "stored" in late.json["error"], late.json
+    assert len(slow_api.requests(lines_path)) == 2
+    assert db.execute("SELECT count(*) AS n FROM email_outbox").fetchone() == {"n": 0}
+    assert db.execute("SELECT count(*) AS n FROM stripe_events").fetchone() == {"n": 0}
+    held = thin_row(db, event["id"])
+    assert (held["status"], held["notification"]) == ("pending", event)
+    db.execute("UPDATE stripe_thin_events SET first_received_at = now() - interval '2 minutes'")
+    environ = {**slow_environ, "EMAIL_FROM": "b@example.com"}
+    assert main(["backfill", "--since", "72h"], environ) == 0
+    assert "pending thin notifications: queued 1" in capsys.readouterr().out
+    assert lines_stored(db) == [250]
+    assert thin_row(db, event["id"])["status"] == "resolved"
+    again = deliver(slow_web, event)
+    key = f"platform/test/{invoice['id']}/invoice-paid"
+    assert again.status_code == 200, again.json
+    assert again.json == {"received": True, "outcome": "queued", "message_key": key}
+    assert db.execute("SELECT count(*) AS n FROM email_outbox").fetchone() == {"n": 1}
+    assert emails_sent(database_url, resend) == {key: 1}
+    assert "Seat 49" in resend.deliveries()[0]["body"]  # the payload's stop at Seat 9

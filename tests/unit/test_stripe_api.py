@@ -6,8 +6,6 @@ from __future__ import annotations
 import logging
 import subprocess
 import sys
-import time
-import types
 from collections.abc import Iterator
 
 import pytest
@@ -21,7 +19,9 @@ from receipts.stripe_api.client import (
     IN_REQUEST,
     ApiRefused,
     ApiUnavailable,
+    Deadline,
     NotFound,
+    OutOfTime,
     Scope,
     StripeApi,
 )
@@ -255,21 +255,18 @@ def test_every_line_is_fetched_when_the_payload_was_cut_short(fake: FakeStripeCl
     assert len([r for r in fake.requests() if r["path"].endswith("/lines")]) == 3
 
 
-def test_the_time_budget_stops_the_lines_between_pages(
-    fake: FakeStripeClient, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_the_time_budget_stops_the_lines_between_pages(fake: FakeStripeClient) -> None:
     """5,000 lines on a slow API must not hold a webhook for 50 pages: once the budget is
     spent (a clock past it after the first page) no further page is asked for, the look-up
-    counts as skipped, and the receipt goes with the payload's own lines."""
+    counts as skipped, and nothing is made of the lines found so far: OutOfTime."""
     invoice = objects.invoice(lines=230, shown_lines=10, amount=23000)
     fake.add(invoices=[invoice])
-    deadline = time.monotonic() + 60
-    late = types.SimpleNamespace(monotonic=lambda: deadline + 1)
-    monkeypatch.setattr("receipts.stripe_api.client.time", late)
+    readings = iter([0.0])  # the budget holds when the look-up starts, not after a page
+    deadline = Deadline(at=60.0, clock=lambda: next(readings, 61.0))
     before = lookups("lines", "skipped")
-    enriched = enrich(api(fake), {k: v for k, v in invoice.items() if k != "_all_lines"},
-                      Scope(), deadline=deadline)  # fmt: skip
-    assert enriched.facts.all_lines is None
+    with pytest.raises(OutOfTime):
+        enrich(api(fake), {k: v for k, v in invoice.items() if k != "_all_lines"},
+               Scope(), deadline=deadline)  # fmt: skip
     assert len([r for r in fake.requests() if r["path"].endswith("/lines")]) == 1
     assert lookups("lines", "skipped") == before + 1
 
@@ -304,12 +301,13 @@ def test_a_failed_look_up_leaves_its_fact_out_and_is_counted(fake: FakeStripeCli
     assert lookups("customer", "failed") == before + 1
 
 
-def test_look_ups_past_the_deadline_are_skipped_and_counted(fake: FakeStripeClient) -> None:
-    """A spent time budget makes no request at all."""
-    before = lookups("payment_method", "skipped")
-    enriched = enrich(api(fake), objects.invoice(), Scope(), deadline=0.0)
-    assert enriched.facts.payment_method is None and fake.requests() == []
-    assert lookups("payment_method", "skipped") == before + 1
+def test_look_ups_past_the_deadline_are_not_made_and_counted(fake: FakeStripeClient) -> None:
+    """A spent time budget makes no request at all, and no receipt facts: OutOfTime."""
+    before = lookups("customer", "skipped")
+    with pytest.raises(OutOfTime):
+        enrich(api(fake), objects.invoice(), Scope(), deadline=Deadline(at=0.0))
+    assert fake.requests() == []
+    assert lookups("customer", "skipped") == before + 1
 
 
 # --- settings ----------------------------------------------------------------------------

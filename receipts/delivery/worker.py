@@ -111,6 +111,16 @@ def effective_batch_size(settings: Settings, provider: Provider) -> int:
     """Rows per request: ``RECEIPTS_BATCH_SIZE`` where the provider has a batch endpoint
     that takes that many, else 1 (Postmark, SMTP and the file sink send singly here)."""
     limit = batch_limit(provider)
+    if settings.batch_size > 1 and settings.attach_pdf:
+        # Every receipt carries its PDF, which no batch may: claiming batch-sized
+        # numbers of single sends would only release most of them unsent.
+        log_fields(
+            log,
+            "receipts carry their PDF and go singly; RECEIPTS_BATCH_SIZE is not used",
+            logging.WARNING,
+            batch_size=settings.batch_size,
+        )
+        return 1
     if settings.batch_size > 1 and limit < settings.batch_size:
         log_fields(
             log,

@@ -32,7 +32,7 @@ from psycopg.types.json import Json, Jsonb
 
 from receipts import queries
 from receipts.cli import main
-from receipts.config import load_settings
+from receipts.config import Settings, load_settings
 from receipts.delivery.claims import claim_ready, record_attempt
 from receipts.delivery.decisions import AttemptResult
 from receipts.ingest.delivery_events import DeliveryEvent, record_delivery_event
@@ -42,10 +42,12 @@ from receipts.vocabulary import AttemptOutcome, RowStatus
 from receipts.web import create_app
 from tests import stripe_events
 from tests.console_client import console_app, console_environ, csrf_of, ingest, log_in
+from tests.fake_provider import FakeProviderClient
 from tests.helpers import METRICS_AUTH
 from tests.least_privilege import apply_roles, drop_group_roles, logins, session_prefix
-from tests.outbox_states import Db, insert_attempt, insert_row, row
+from tests.outbox_states import Db, insert_attempt, insert_pending, insert_row, row
 from tests.stripe_events import TEST_SECRET, encode, sign
+from tests.worker_runs import work
 
 # Each query file, and the group (least_privilege.sql: <prefix>_<group>) that runs it.
 ROLE_FILES = {"ingest": "web", "delivery": "worker"}
@@ -685,6 +687,22 @@ def forged_attachments() -> list[object]:
         [{**PDF, "content": "<script>"}],
         [{**PDF, "content": "A" * (2 * 1024 * 1024 + 4)}],
     ]
+
+
+def test_worker_role_sends_and_resends_a_batch(
+    roles: dict[str, str], db: Db, fake: FakeProviderClient, worker_settings: Settings
+) -> None:
+    """RECEIPTS_BATCH_SIZE as <prefix>_worker: the batch is stored, retried after a 5xx
+    with its stored body, and finished when its rows are sent."""
+    keys = insert_pending(db, 3)
+    settings = replace(worker_settings, database_url=roles["worker"], batch_size=3)
+    fake.script({"status": 500, "name": "internal_server_error"})
+    assert work(settings).retried == 3
+    db.execute("UPDATE email_outbox SET available_at = now() WHERE status = 'pending'")
+    assert work(settings).sent == 3
+    assert {row(db, key)["status"] for key in keys} == {"sent"}
+    [batch] = db.execute("SELECT * FROM email_batches").fetchall()
+    assert batch["finished_at"] is not None and fake.stats()["batch_requests"] == 2
 
 
 def test_worker_role_writes_only_its_columns_of_rows_on_their_way(

@@ -253,12 +253,13 @@ def _free_port() -> int:
 @pytest.fixture
 def gunicorn_url(environ: dict[str, str], tmp_path: Path) -> Iterator[str]:
     port = _free_port()
+    log = tmp_path / "gunicorn.log"
     env = {**os.environ, **environ, "PORT": str(port), "WEB_CONCURRENCY": "3",
            "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "prom")}  # fmt: skip
     process = subprocess.Popen(
         [sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py", "--bind", f"127.0.0.1:{port}",
          "wsgi:app"],
-        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=log.open("wb"),
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     try:
@@ -273,8 +274,7 @@ def gunicorn_url(environ: dict[str, str], tmp_path: Path) -> Iterator[str]:
                 time.sleep(0.1)
         yield url
     finally:
-        process.send_signal(signal.SIGTERM)
-        process.wait(timeout=20)
+        _stop(process, log)
 
 
 def test_gunicorn_workers_share_one_set_of_counters(gunicorn_url: str) -> None:
@@ -366,13 +366,14 @@ def test_a_private_metrics_port_serves_metrics_without_a_token(
     naming the private port changes nothing, because the port a request came in
     on is read from its socket."""
     public, private = _free_port(), _free_port()
+    log = tmp_path / "gunicorn.log"
     bare = {name: value for name, value in environ.items() if name != "RECEIPTS_METRICS_TOKEN"}
     env = {**os.environ, **bare, "PORT": str(public), "RECEIPTS_METRICS_PORT": str(private),
            "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "prom")}  # fmt: skip
     process = subprocess.Popen(
         [sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py", "--bind",
          f"127.0.0.1:{public}", "wsgi:app"],
-        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=log.open("wb"),
     )  # fmt: skip
     try:
         _wait_for_http(f"http://127.0.0.1:{private}/healthz", process)
@@ -384,11 +385,23 @@ def test_a_private_metrics_port_serves_metrics_without_a_token(
             timeout=5,
         )
     finally:
-        process.send_signal(signal.SIGTERM)
-        process.wait(timeout=20)
+        _stop(process, log)
     assert scraped.status_code == 200
     assert value(scrape(text=scraped.text), "receipts_database_up") == 1
     assert on_public.status_code == 403 and spoofed.status_code == 403
+
+
+def _stop(process: subprocess.Popen[bytes], log: Path) -> None:
+    """SIGTERM, then wait past gunicorn's 30 s graceful timeout (after which it kills
+    its own workers); a server still running then fails the test with its log."""
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(timeout=40)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+        tail = log.read_text(errors="replace")[-3000:]
+        raise AssertionError(f"gunicorn did not stop within 40 s of SIGTERM:\n{tail}") from None
 
 
 def _wait_for_http(url: str, process: subprocess.Popen[bytes], timeout: float = 20) -> None:

@@ -16,6 +16,8 @@ import pytest
 from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
+from selenium.webdriver.support import expected_conditions
+from selenium.webdriver.support.wait import WebDriverWait
 
 from receipts.config import load_settings
 from receipts.delivery.configured import provider_from_settings
@@ -35,13 +37,21 @@ def fake() -> Iterator[FakeProviderClient]:
         yield client
 
 
+def _navigates(browser: Any, action: Any) -> None:
+    """Run ``action`` (a click, a key) and wait until the page it leads to has
+    replaced this one: a click returns before the form's request is answered."""
+    page = browser.find_element(By.TAG_NAME, "html")
+    action()
+    WebDriverWait(browser, 10).until(expected_conditions.staleness_of(page))
+
+
 def _log_in(browser: Any, console: LiveConsole, name: str) -> None:
     browser.get(f"{console.url}/console/")
     assert browser.current_url.startswith(f"{console.url}/console/login")
     browser.find_element(By.ID, "name").send_keys(name)
     password = browser.find_element(By.ID, "password")
     password.send_keys(PASSWORD)
-    password.send_keys(Keys.ENTER)
+    _navigates(browser, lambda: password.send_keys(Keys.ENTER))
     assert browser.current_url == f"{console.url}/console/"
 
 
@@ -49,7 +59,7 @@ def _search(browser: Any, text: str) -> None:
     box = browser.find_element(By.ID, "q")
     box.clear()
     box.send_keys(text)
-    box.send_keys(Keys.ENTER)
+    _navigates(browser, lambda: box.send_keys(Keys.ENTER))
 
 
 def _page_text(browser: Any) -> str:
@@ -84,12 +94,13 @@ def test_an_operator_finds_acme_0102_resends_it_to_the_right_address_and_sees_it
     assert "needs a person: missing_customer_email" in text
     assert "The paid invoice has no customer email address" in text
 
-    browser.find_element(By.LINK_TEXT, "Resend…").click()
+    _navigates(browser, browser.find_element(By.LINK_TEXT, "Resend…").click)
     text = _page_text(browser)
     assert "This sends the receipt to the address you give below: the invoice had none." in text
     browser.find_element(By.ID, "to").send_keys("jenny.rosen@example.com")
     browser.find_element(By.ID, "reason").send_keys("Customer wrote in; confirmed the address")
-    browser.find_element(By.CSS_SELECTOR, "form.stack button[type=submit]").click()
+    submit = browser.find_element(By.CSS_SELECTOR, "form.stack button[type=submit]")
+    _navigates(browser, submit.click)
 
     assert browser.current_url == f"{live_console.url}/console/receipt/{key}?decided=resend"
     text = _page_text(browser)
@@ -102,7 +113,7 @@ def test_an_operator_finds_acme_0102_resends_it_to_the_right_address_and_sees_it
     _work(live_console, fake)
     [delivery] = fake.deliveries()
     assert json.loads(delivery["body"])["to"] == ["jenny.rosen@example.com"]
-    browser.find_element(By.LINK_TEXT, "Resend #1").click()
+    _navigates(browser, browser.find_element(By.LINK_TEXT, "Resend #1").click)
     text = _page_text(browser)
     assert "sent" in browser.find_element(By.CSS_SELECTOR, "main .badge").text
     assert "Send attempt #1" in text and "provider answered\nHTTP 200" in text
@@ -136,5 +147,5 @@ def test_the_pages_work_from_the_keyboard(live_console: LiveConsole, browser: An
         browser.switch_to.active_element.send_keys(Keys.TAB)
         focused.append(browser.switch_to.active_element.text)
     assert focused == ["receipts console", "Search", "Review queue", "Status"]
-    browser.switch_to.active_element.send_keys(Keys.ENTER)
+    _navigates(browser, lambda: browser.switch_to.active_element.send_keys(Keys.ENTER))
     assert browser.current_url == f"{live_console.url}/console/status"

@@ -130,7 +130,7 @@ UPDATE email_attempts AS a
  WHERE a.id = ANY(%(attempt_ids)s) AND a.message_key = moved.message_key
 
 -- name: record_attempts
--- Writes each answer of a batch to its row only while that row is still processing under the claim's lease token (a refunded attempt restarts the retry clock when no attempt of the row can have reached the provider); every attempt row is finished, as lease_lost where the lease was taken over (the row untouched); held says which.
+-- Writes each answer of a batch to its row only while that row is still processing under the claim's lease token (a refunded attempt restarts the retry clock when no attempt of the row can have reached the provider); every attempt row is finished, as lease_lost where the lease was taken over (the row untouched); held says which. Written again after a try whose commit was not heard (the connection dropped as the server answered), it changes nothing and says held as that try did.
 WITH answer AS (
     SELECT * FROM unnest(
         %(keys)s::text[], %(tokens)s::uuid[], %(attempt_ids)s::bigint[],
@@ -168,15 +168,24 @@ WITH answer AS (
      WHERE o.message_key = a.message_key AND o.lease_token = a.lease_token
        AND o.status = 'processing'
  RETURNING o.message_key
+), finished AS (
+    UPDATE email_attempts AS t
+       SET finished_at = now(),
+           outcome = CASE WHEN s.message_key IS NULL THEN 'lease_lost' ELSE a.outcome END,
+           http_status = a.http_status, provider_error = a.provider_error,
+           provider_message = a.provider_message, provider_id = a.provider_id
+      FROM answer AS a LEFT JOIN stored AS s USING (message_key)
+     WHERE t.id = a.attempt_id AND t.finished_at IS NULL
+    RETURNING t.id, s.message_key IS NOT NULL AS held
 )
-UPDATE email_attempts AS t
-   SET finished_at = now(),
-       outcome = CASE WHEN s.message_key IS NULL THEN 'lease_lost' ELSE a.outcome END,
-       http_status = a.http_status, provider_error = a.provider_error,
-       provider_message = a.provider_message, provider_id = a.provider_id
-  FROM answer AS a LEFT JOIN stored AS s USING (message_key)
- WHERE t.id = a.attempt_id
-RETURNING t.id, s.message_key IS NOT NULL AS held
+SELECT id, held FROM finished
+UNION ALL
+-- Attempts finished before this statement began: by an earlier try of this
+-- same write, whose answer never arrived. (The statement sees the table as it
+-- was when it began, not as the CTEs above leave it.)
+SELECT t.id, t.outcome = a.outcome AND t.outcome <> 'lease_lost'
+  FROM email_attempts AS t JOIN answer AS a ON t.id = a.attempt_id
+ WHERE t.finished_at IS NOT NULL
 
 -- name: listen
 -- Subscribes this connection to the wake-ups ingest and review send on the receipts_outbox channel (vocabulary.NOTIFY_CHANNEL); polling covers any missed.

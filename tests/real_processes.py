@@ -12,10 +12,13 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 import psutil
 import requests
@@ -128,20 +131,44 @@ def worker_environ(database_url: str, provider: FakeProviderClient, **extra: str
     }
 
 
+# Where each started worker writes its output: files, not pipes. A looping
+# worker may log more than a pipe holds (64 KiB) while its test is busy
+# elsewhere, and a full pipe blocks its next log line, and with it every thread
+# that logs: the worker would look stuck to the test that is watching it.
+_OUTPUT_FILES: weakref.WeakKeyDictionary[subprocess.Popen[str], tuple[IO[str], IO[str]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
 def start_worker(environ: Mapping[str, str], *args: str) -> subprocess.Popen[str]:
-    """``receipts worker ARGS`` as a process of its own."""
-    return subprocess.Popen(
+    """``receipts worker ARGS`` as a process of its own; :func:`finish` gives its output."""
+    # The files outlive this call: finish() reads and closes them.
+    out = tempfile.TemporaryFile("w+", encoding="utf-8")  # noqa: SIM115
+    err = tempfile.TemporaryFile("w+", encoding="utf-8")  # noqa: SIM115
+    process = subprocess.Popen(
         [sys.executable, "-m", "receipts.cli", "worker", *args],
         env=dict(environ),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        stdout=out,
+        stderr=err,
         text=True,
     )
+    _OUTPUT_FILES[process] = (out, err)
+    return process
 
 
 def finish(process: subprocess.Popen[str], timeout: float = 60) -> tuple[int, str, str]:
-    out, err = process.communicate(timeout=timeout)
-    return process.returncode, out, err
+    """Wait for ``process`` to end: its exit code, standard output and standard error."""
+    files = _OUTPUT_FILES.pop(process, None)
+    if files is None:
+        out, err = process.communicate(timeout=timeout)
+        return process.returncode, out, err
+    code = process.wait(timeout=timeout)
+    texts = []
+    for file in files:
+        with file:
+            file.seek(0)
+            texts.append(file.read())
+    return code, texts[0], texts[1]
 
 
 # `python -m receipts.cli ARGS`, with an exit hook that writes down every module

@@ -41,7 +41,10 @@ from receipts.dev.embedded import EmbeddedUnavailable
 from receipts.web import create_app
 from tests import pgbouncer as pgbouncer_process
 from tests.databases import DatabasePool, run_id, shared_embedded_server
+from tests.fake_postmark import FakePostmarkClient, running_fake_postmark
 from tests.helpers import METRICS_TOKEN, RUN_TEMP_DIR, root_logger_restored
+from tests.provider_runs import POSTMARK_TOKEN, SEARCH_LAG
+from tests.smtp_server import SmtpServer, running_smtp_server
 from tests.stripe_events import TEST_SECRET
 
 THROUGH_PGBOUNCER = os.environ.get("RECEIPTS_TEST_THROUGH_PGBOUNCER") == "1"
@@ -290,3 +293,17 @@ def db(direct_database_url: str) -> Iterator[psycopg.Connection[Any]]:
 
     with psycopg.connect(direct_database_url, autocommit=True, row_factory=dict_row) as conn:
         yield conn
+
+
+@pytest.fixture
+def postmark() -> Iterator[FakePostmarkClient]:
+    """The fake Postmark API, its search index lagging half the worker's search lag."""
+    with running_fake_postmark(token=POSTMARK_TOKEN, search_lag=SEARCH_LAG / 2) as fake:
+        yield fake
+
+
+@pytest.fixture
+def smtp() -> Iterator[SmtpServer]:
+    """A real SMTP server (aiosmtpd) on a free port, served from a thread."""
+    with running_smtp_server() as server:
+        yield server

@@ -7,16 +7,21 @@ of the ``fake`` fixture, whose API key is :data:`API_KEY`.
 
 from __future__ import annotations
 
+import contextlib
+import io
+import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
 
+from receipts.cli import main as receipts_command
 from receipts.config import Settings
 from receipts.delivery.configured import provider_from_settings
 from receipts.delivery.summary import WorkerSummary
 from receipts.delivery.worker import run_worker
+from tests.helpers import root_logger_restored
 
 API_KEY = "re_worker_test"
 
@@ -28,6 +33,29 @@ def work(settings: Settings, *, concurrency: int = 4, **options: Any) -> WorkerS
         return run_worker(settings, provider, concurrency=concurrency, **options)
     finally:
         provider.close()
+
+
+def worker_command(environ: Mapping[str, str], *args: str) -> tuple[int, str, str]:
+    """``receipts worker ARGS`` as its command line runs it, here in this process:
+    its exit code, standard output and standard error.
+
+    For the runs a test does not crash: the same code from the command line down,
+    without a Python start-up per run. Runs that are killed, raced by another
+    process or stopped by a signal use :func:`tests.real_processes.start_worker`.
+    """
+    out, err = io.StringIO(), io.StringIO()
+    handlers = {number: signal.getsignal(number) for number in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        with (
+            contextlib.redirect_stdout(out),
+            contextlib.redirect_stderr(err),
+            root_logger_restored(),
+        ):
+            code = receipts_command(["worker", *args], environ)
+    finally:
+        for number, handler in handlers.items():
+            signal.signal(number, handler)
+    return code, out.getvalue(), err.getvalue()
 
 
 @contextmanager

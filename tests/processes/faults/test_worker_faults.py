@@ -42,13 +42,15 @@ from tests.outbox_states import insert_pending
 from tests.real_processes import finish, start_worker, worker_environ
 from tests.stripe_events import encode
 from tests.tcp_proxy import TcpProxy, Verdict, through_proxy
+from tests.worker_runs import worker_command
 
 Row = dict[str, Any]
 Db = psycopg.Connection[Row]
 
 
 def run_worker(environ: dict[str, str], *args: str) -> str:
-    code, out, err = finish(start_worker(environ, *args))
+    """A run that is not crashed (the one after a crash): the command, in this process."""
+    code, out, err = worker_command(environ, *args)
     assert code == 0, err
     return out
 

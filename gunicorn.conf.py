@@ -11,6 +11,7 @@ override the values below.
 
 from __future__ import annotations
 
+import atexit
 import gc
 import os
 import shutil
@@ -21,6 +22,15 @@ from typing import Any
 _OWN_METRICS_DIR = not os.environ.get("PROMETHEUS_MULTIPROC_DIR")
 if _OWN_METRICS_DIR:
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="receipts-metrics-")
+    _ARBITER_PID = os.getpid()
+
+    def _remove_own_metrics_dir() -> None:
+        # At the arbiter's exit, also when the app never loads (a bad setting
+        # stops it before any hook); never in the workers it forked.
+        if os.getpid() == _ARBITER_PID:
+            shutil.rmtree(os.environ["PROMETHEUS_MULTIPROC_DIR"], ignore_errors=True)
+
+    atexit.register(_remove_own_metrics_dir)
 
 bind = f"0.0.0.0:{os.environ.get('PORT', '8000')}"
 workers = int(os.environ.get("WEB_CONCURRENCY", "2"))
@@ -83,8 +93,3 @@ def child_exit(server: Any, worker: Any) -> None:
     from prometheus_client import multiprocess
 
     multiprocess.mark_process_dead(worker.pid)
-
-
-def on_exit(server: Any) -> None:
-    if _OWN_METRICS_DIR:
-        shutil.rmtree(os.environ["PROMETHEUS_MULTIPROC_DIR"], ignore_errors=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -133,9 +134,11 @@ def test_malformed_setting_names_the_variable_and_problem(
 
 
 def test_gunicorn_refuses_to_start_with_a_bad_setting() -> None:
-    """The web process stops (it does not restart workers forever) and names the variable."""
+    """The web process stops (it does not restart workers forever), names the variable
+    and leaves no metrics folder behind in the temp folder."""
     environ = {k: v for k, v in VALID.items() if k != "EMAIL_FROM"}
     environ["PATH"] = str(Path(sys.executable).parent)
+    environ["TMPDIR"] = tempfile.gettempdir()  # this test's own (tests/conftest.py)
     result = subprocess.run(
         [str(Path(sys.executable).parent / "gunicorn"), "wsgi:app", "--bind", "127.0.0.1:0"],
         cwd=ROOT,
@@ -148,6 +151,7 @@ def test_gunicorn_refuses_to_start_with_a_bad_setting() -> None:
     assert result.returncode == 3
     assert "Booting worker" not in result.stderr
     assert "receipts: configuration error: EMAIL_FROM: is required but not set" in result.stderr
+    assert list(Path(environ["TMPDIR"]).iterdir()) == []
 
 
 @pytest.mark.parametrize("variable", ["EMAIL_FROM", "RECEIPTS_REPLY_TO"])

@@ -1,7 +1,9 @@
 """``receipts worker`` as real processes: racing workers, SIGKILL, SIGTERM, exit codes.
 
 The fake provider runs as a process of its own (``python -m tests.fake_provider``),
-as it would for a fleet of workers.
+as it would for a fleet of workers. Runs that no signal or race is aimed at (the
+exit codes, the run after a crash) go through the same command line in the
+test's own process (tests/worker_runs.py): a Python start-up saved per run.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from tests.helpers import wait_for
 from tests.outbox_states import insert_pending
 from tests.outbox_states import row as outbox_row
 from tests.real_processes import finish, start_worker
+from tests.worker_runs import worker_command
 
 Row = dict[str, Any]
 DB = psycopg.Connection[Row]
@@ -99,7 +102,7 @@ def test_two_workers_racing_over_1000_rows_request_and_deliver_each_key_once(
     ]
     sent_by_each = [int(out.split("sent=")[1].split()[0]) for _, out, _ in results]
     assert sum(sent_by_each) == 1000 and min(sent_by_each) > 0
-    code, out, _ = finish(start_worker(env))
+    code, out, _ = worker_command(env)
     assert code == 0 and "sent=0 " in out
     assert fake.stats()["requests"] == 1000
 
@@ -123,7 +126,7 @@ def test_a_worker_killed_after_the_provider_accepted_is_replayed_without_a_secon
     wait_for(lambda: fake.stats()["in_flight"] == 0)
 
     db.execute("UPDATE email_outbox SET locked_until = now() - interval '1 second'")
-    code, _, err = finish(start_worker(env))
+    code, _, err = worker_command(env)
     assert code == 0, err
     stats = fake.stats()
     [delivery] = fake.deliveries()
@@ -188,7 +191,7 @@ def test_a_refused_api_key_exits_2_naming_it_and_leaves_rows_pending(
     status, and every row is pending with no attempt spent."""
     insert_pending(db, 10)
     env = worker_env(database_url, fake, RESEND_API_KEY="re_revoked")
-    code, _, err = finish(start_worker(env))
+    code, _, err = worker_command(env)
     assert code == 2
     assert "RESEND_API_KEY" in err and "403" in err
     assert db.execute(
@@ -211,7 +214,7 @@ def test_a_quota_pauses_every_worker_process_and_status_says_until_when(
     insert_pending(db, 8)
     fake.configure(daily_quota=3)
     env = worker_env(database_url, fake)
-    code, out, err = finish(start_worker(env, "--concurrency", "2"))
+    code, out, err = worker_command(env, "--concurrency", "2")
     assert code == 4, err
     assert "sent=3 " in out
     [line] = [line for line in err.splitlines() if line.startswith("receipts worker: stopped")]
@@ -219,7 +222,7 @@ def test_a_quota_pauses_every_worker_process_and_status_says_until_when(
     assert line.endswith("UTC (HTTP 429 daily_quota_exceeded)")
     requests_after_first = fake.stats()["requests"]
 
-    code, out, err = finish(start_worker(env))
+    code, out, err = worker_command(env)
     assert code == 4 and "sent=0 " in out
     assert "receipts worker: stopped: sending paused: daily quota until " in err
     assert fake.stats()["requests"] == requests_after_first
@@ -232,7 +235,7 @@ def test_a_quota_pauses_every_worker_process_and_status_says_until_when(
     ).fetchone() == {"n": 5, "spent": 0}
 
     fake.configure(daily_quota=None)
-    code, out, err = finish(start_worker(env, "--resume"))
+    code, out, err = worker_command(env, "--resume")
     assert code == 0, err
     assert "lifted: sending paused: daily quota until" in err and "sent=5 " in out
     assert run_command(env, "status").returncode == 0
@@ -243,7 +246,7 @@ def test_a_provider_failing_every_send_exits_5_naming_it(db: DB, database_url: s
     failing every minute no longer looks healthy); the rows wait as pending."""
     insert_pending(db, 3)
     env = worker_env(database_url, FakeProviderClient("http://127.0.0.1:9"))
-    code, out, err = finish(start_worker(env))
+    code, out, err = worker_command(env)
     assert code == 5, err
     assert "retried=3 " in out
     assert "receipts worker: provider failing: every one of 3 send(s) failed" in err
@@ -256,7 +259,7 @@ def test_a_wrong_resend_api_url_exits_2_naming_it_and_spends_no_attempt(
     RESEND_API_URL, one request, every row pending with no attempt spent."""
     insert_pending(db, 10)
     env = worker_env(database_url, fake, RESEND_API_URL=fake.url + "/v1")
-    code, _, err = finish(start_worker(env))
+    code, _, err = worker_command(env)
     assert code == 2 and "RESEND_API_URL" in err and "HTTP 404 not_found" in err
     assert db.execute(
         "SELECT status, sum(attempts) AS a FROM email_outbox GROUP BY 1"
@@ -272,7 +275,7 @@ def test_an_api_key_that_is_not_a_key_stops_at_start_naming_it(
     env = worker_env(
         database_url, fake, RESEND_API_KEY="re_k\u00e9y".encode().decode("unicode_escape")
     )
-    code, out, err = finish(start_worker(env))
+    code, out, err = worker_command(env)
     assert code == 2 and out == ""
     assert err.strip().splitlines() == [
         "receipts: configuration error: RESEND_API_KEY: must be a Resend API key: re_ followed "

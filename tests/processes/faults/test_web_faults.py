@@ -147,6 +147,9 @@ def test_database_connection_cut_during_ingest_leaves_nothing_half_written(
     assert_untouched_since_insert(db)
 
 
+# In-process: tests/db/test_web.py (503 while the database is down) and
+# tests/db/test_pool_recovery.py (cut connections replaced before use).
+@pytest.mark.slow
 def test_database_unreachable_answers_503_then_recovers_without_a_restart(
     database_url: str, db: Db, db_proxy: TcpProxy, start_gunicorn: type[Gunicorn]
 ) -> None:

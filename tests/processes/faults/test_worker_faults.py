@@ -272,6 +272,9 @@ def test_database_cut_in_the_middle_of_a_batch_nothing_half_written_batch_resume
     assert half_written == {"n": 0}
 
 
+# Each answer's effect on the row is proven in-process (tests/db/test_worker.py,
+# tests/db/test_provider_answers.py); this runs them through a looping process.
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("answers", "environ_extra"),
     [
@@ -322,27 +325,6 @@ def test_provider_trouble_ends_with_one_delivery_per_receipt(
         "SELECT count(*) AS n FROM email_attempts WHERE outcome IN ('retry', 'rate_limited')"
     ).fetchone()
     assert retried is not None and retried["n"] >= len(answers)
-
-
-def test_429_retry_after_pauses_every_send_of_the_worker(
-    db: Db, fake_provider: FakeProviderClient, direct_environ: dict[str, str]
-) -> None:
-    """After a 429 with Retry-After: 1, no request of that worker starts
-    sooner than one second later."""
-    insert_pending(db, 6, prefix="in_1Paced")
-    fake_provider.script({"status": 429, "headers": {"Retry-After": "1"}})
-    run_worker(direct_environ, "--concurrency", "1")
-    db.execute("UPDATE email_outbox SET available_at = now() WHERE status = 'pending'")
-    run_worker(direct_environ, "--concurrency", "1")
-    attempts = db.execute(
-        "SELECT started_at, finished_at, http_status FROM email_attempts ORDER BY started_at"
-    ).fetchall()
-    limited = next(a for a in attempts if a["http_status"] == 429)
-    later = [a for a in attempts if a["started_at"] > limited["finished_at"]]
-    assert later, attempts
-    first_after = min(a["started_at"] for a in later)
-    assert (first_after - limited["finished_at"]).total_seconds() >= 0.9
-    assert statuses(db) == {"sent": 6}
 
 
 @pytest.mark.slow

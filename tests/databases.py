@@ -21,6 +21,11 @@ time. A database whose schema, grants or migration history the test
 changed (a catalog row written after the database was handed out, or
 ``schema_migrations`` not as the template has it) is dropped instead of
 reused, and the next test gets a fresh clone.
+
+A test that needs the template changed once more (the role script applied,
+say) asks for a :class:`Prepared` kind: the change is made once per process
+to a template of its own, and databases of that kind are cut from it and
+reused among themselves the same way.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ import itertools
 import os
 import secrets
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -106,6 +111,15 @@ class _Template:
     history: str
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """A kind of test database: migrated, then changed by ``prepare(url)`` (once per
+    process, on a template of the kind's own). ``name`` tells kinds apart."""
+
+    name: str
+    prepare: Callable[[str], object]
+
+
 @dataclass
 class DatabasePool:
     """The databases of one test process on one server."""
@@ -115,7 +129,8 @@ class DatabasePool:
     prefix: str = field(default_factory=lambda: f"receipts_{os.getpid()}_{secrets.token_hex(2)}")
     _numbers: Iterator[int] = field(default_factory=lambda: itertools.count(1))
     _template: _Template | None = None
-    _clean: list[str] = field(default_factory=list)  # ready to hand out
+    _prepared: dict[str, str] = field(default_factory=dict)  # kind -> its template
+    _clean: dict[str, list[str]] = field(default_factory=dict)  # kind -> ready to hand out
     _marks: dict[str, str] = field(default_factory=dict)  # name -> xid when handed out
     _admin: psycopg.Connection[Any] | None = None
 
@@ -123,16 +138,18 @@ class DatabasePool:
         return with_database(self.server_url, name)
 
     @contextlib.contextmanager
-    def migrated(self) -> Iterator[str]:
-        """A migrated database of its own for the duration of the block."""
-        name = self._clean.pop() if self._clean else self._clone()
+    def migrated(self, kind: Prepared | None = None) -> Iterator[str]:
+        """A migrated database of its own (of ``kind``, if given) for the block."""
+        kind_name = kind.name if kind is not None else ""
+        clean = self._clean.setdefault(kind_name, [])
+        name = clean.pop() if clean else self._clone(kind)
         self._marks[name] = self._scalar(
             self._admin_connection(), "SELECT pg_current_xact_id()::text"
         )
         try:
             yield self.url(name)
         finally:
-            self._give_back(name)
+            self._give_back(name, kind_name)
 
     @contextlib.contextmanager
     def empty(self) -> Iterator[str]:
@@ -144,10 +161,22 @@ class DatabasePool:
         finally:
             self._drop(name)
 
+    def forget(self, kind_name: str) -> None:
+        """Drop the template and the clean databases of a prepared kind (before the
+        roles its preparation granted to are dropped, say)."""
+        for name in self._clean.pop(kind_name, []):
+            self._drop(name)
+        template = self._prepared.pop(kind_name, None)
+        if template is not None:
+            self._drop(template)
+
     def close(self) -> None:
         """Drop every database this process still has."""
-        for name in self._clean:
-            self._drop(name)
+        for kind_name in list(self._prepared):
+            self.forget(kind_name)
+        for names in self._clean.values():
+            for name in names:
+                self._drop(name)
         self._clean.clear()
         if self._template is not None:
             self._drop(self._template.name)
@@ -186,8 +215,8 @@ class DatabasePool:
             self._template = _Template(name, _children_first(tables, edges), sequences, history)
         return self._template
 
-    def _clone(self) -> str:
-        template = self._template_info().name
+    def _clone(self, kind: Prepared | None = None) -> str:
+        template = self._template_info().name if kind is None else self._prepared_template(kind)
         name = self._new_name("t")
         self._admin_connection().execute(
             sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
@@ -196,12 +225,20 @@ class DatabasePool:
         )
         return name
 
-    def _give_back(self, name: str) -> None:
+    def _prepared_template(self, kind: Prepared) -> str:
+        if kind.name not in self._prepared:
+            name = self._clone()
+            kind.prepare(self.url(name))
+            # Renamed alone: no session the preparation left can reach a clone.
+            self._prepared[kind.name] = self._rename_alone(name)
+        return self._prepared[kind.name]
+
+    def _give_back(self, name: str, kind_name: str = "") -> None:
         mark = self._marks.pop(name)
         try:
             name = self._rename_alone(name)
             if self._reset(name, mark):
-                self._clean.append(name)
+                self._clean.setdefault(kind_name, []).append(name)
                 return
         except (psycopg.OperationalError, psycopg.errors.ObjectInUse):
             pass  # sessions that would not end, rows locked past the lock timeout
@@ -313,4 +350,4 @@ def run_id() -> str:
     return os.environ.get("PYTEST_XDIST_TESTRUNUID", "")[:12] or str(os.getpid())
 
 
-__all__ = ["DatabasePool", "run_id", "shared_embedded_server"]
+__all__ = ["DatabasePool", "Prepared", "run_id", "shared_embedded_server"]

@@ -8,7 +8,8 @@ script (a `sent` row from the web role, a rewritten recipient or attempt
 from the worker) is tried and must be refused.
 
 The script is applied with psql, as the README says, under a role prefix of
-this test session's own (roles are cluster-wide).
+this test session's own (roles are cluster-wide), once per test process to a
+template every test database here is cut from.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from receipts.vocabulary import AttemptOutcome, RowStatus
 from receipts.web import create_app
 from tests import stripe_events
 from tests.console_client import console_app, console_environ, csrf_of, ingest, log_in
+from tests.databases import DatabasePool, Prepared
 from tests.helpers import METRICS_AUTH
 from tests.least_privilege import apply_roles, drop_group_roles, logins, session_prefix
 from tests.outbox_states import Db, insert_attempt, insert_row, row
@@ -130,11 +132,25 @@ _PLANNABLE = ("SELECT", "INSERT", "UPDATE", "DELETE", "WITH", "VALUES", "MERGE")
 
 
 @pytest.fixture(scope="session")
-def prefix(server_url: str) -> Iterator[str]:
-    """This session's role prefix; its group roles are dropped at the end."""
+def prefix(server_url: str, database_pool: DatabasePool) -> Iterator[str]:
+    """This session's role prefix; its group roles are dropped at the end, once no
+    database of this process holds grants to them."""
     name = session_prefix()
     yield name
+    database_pool.forget(_granted(name).name)
     drop_group_roles(server_url, name)
+
+
+def _granted(prefix: str) -> Prepared:
+    return Prepared(f"granted_{prefix}", lambda url: apply_roles(url, prefix))
+
+
+@pytest.fixture
+def direct_database_url(database_pool: DatabasePool, prefix: str) -> Iterator[str]:
+    """The test's database with the role script applied: cut from a template the
+    script was applied to once in this process, instead of applying it in each test."""
+    with database_pool.migrated(_granted(prefix)) as url:
+        yield url
 
 
 def group(prefix: str, name: str) -> str:
@@ -143,10 +159,8 @@ def group(prefix: str, name: str) -> str:
 
 @pytest.fixture
 def roles(database_url: str, prefix: str) -> Iterator[dict[str, str]]:
-    """The script applied (twice: it is idempotent) and one login role per group;
-    yields {"web"|"worker"|"operator": URL logging in as it}."""
-    apply_roles(database_url, prefix)
-    apply_roles(database_url, prefix)
+    """One login role per group of the applied script; yields
+    {"web"|"worker"|"operator": URL logging in as it}."""
     with logins(database_url, prefix) as urls:
         yield urls
 
@@ -317,10 +331,6 @@ def test_worker_role_claims_and_records_but_cannot_create_or_delete(
     assert refused(worker_url, "SELECT * FROM operator_actions")
 
 
-def _apply_grants(database_url: str, prefix: str) -> None:
-    apply_roles(database_url, prefix)
-
-
 def _first_keyword(statement: str) -> str:
     code = [line for line in statement.splitlines() if line and not line.startswith("--")]
     return code[0].split(None, 1)[0].upper()
@@ -394,7 +404,6 @@ def test_each_role_can_run_every_statement_of_its_query_file(
 ) -> None:
     """Every named statement of the role's query file passes the server's table and
     column privilege checks as that role: none needs a grant the role lacks."""
-    _apply_grants(database_url, prefix)
     assert queries.load(query_file), f"{query_file}.sql holds no statement"
     assert _refusals(database_url, query_file, group(prefix, role)) == {}
 
@@ -404,7 +413,6 @@ def test_the_statement_check_notices_a_missing_grant(
 ) -> None:
     """The check above is not vacuous: with one column grant taken back, the
     statements that need it (and only those) are reported as refused."""
-    _apply_grants(database_url, prefix)
     db.execute(f'REVOKE UPDATE (delivery_status) ON email_outbox FROM "{prefix}_web"')
     refused = _refusals(database_url, "ingest", group(prefix, "web"))
     assert list(refused) == ["set_delivery_status"]
@@ -416,7 +424,6 @@ def test_ingest_statements_change_no_outbox_row_but_its_delivery_status(
 ) -> None:
     """Read from the query plans: of ingest.sql, only set_delivery_status updates
     email_outbox rows; nothing deletes one or updates it through ON CONFLICT."""
-    _apply_grants(database_url, prefix)
     changes = {}
     with psycopg.connect(database_url) as conn:
         for name, statement in queries.load("ingest").items():
@@ -922,6 +929,26 @@ def test_two_installations_on_one_server_take_two_prefixes(
         apply_roles(database_url, prefix)
         with psycopg.connect(two["operator"]) as conn:
             conn.execute("SELECT count(*) FROM stripe_events")
+
+
+_GRANTS = """
+    SELECT c.relname, c.relacl::text AS table_grants,
+           (SELECT string_agg(a.attname || '=' || a.attacl::text, ',' ORDER BY a.attnum)
+              FROM pg_attribute AS a
+             WHERE a.attrelid = c.oid AND a.attacl IS NOT NULL) AS column_grants
+      FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace
+     WHERE n.nspname = 'public'
+     ORDER BY c.relname"""
+
+
+def test_applying_the_script_again_changes_no_grant(database_url: str, db: Db, prefix: str) -> None:
+    """The script is idempotent: run twice more on a database it was applied to, every
+    table and column grant is as it was (what a rerun after an upgrade relies on)."""
+    before = db.execute(_GRANTS).fetchall()
+    assert any(prefix in (grant["table_grants"] or "") for grant in before)
+    apply_roles(database_url, prefix)
+    apply_roles(database_url, prefix)
+    assert db.execute(_GRANTS).fetchall() == before
 
 
 def test_a_prefix_that_is_not_a_plain_name_is_refused(database_url: str) -> None:

@@ -262,6 +262,16 @@ class EnvironmentReader:
             raise ConfigError(name, f"must be at most {maximum:g}, got {raw}")
         return value
 
+    def whole_number(self, name: str, default: int, *, minimum: int, maximum: int) -> int:
+        """A whole number within [minimum, maximum]; ``2.5`` is refused, not rounded."""
+        raw = self.text(name)
+        if raw is None:
+            return default
+        value = self.number(name, default, minimum=minimum, maximum=maximum)
+        if not value.is_integer():
+            raise ConfigError(name, f"must be a whole number, got {raw!r}")
+        return int(value)
+
     def optional_number(self, name: str, *, minimum: float) -> float | None:
         """A number, or None when unset (the caller's default then applies)."""
         if self.text(name) is None:

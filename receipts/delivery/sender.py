@@ -22,11 +22,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from receipts.config import Settings
-from receipts.delivery import claims, lookups
+from receipts.delivery import batches, claims, lookups
 from receipts.delivery.decisions import RELEASED, AttemptResult, Decision, decide
 from receipts.delivery.pacing import RateLimiter
 from receipts.delivery.payload_check import payload_problem
-from receipts.delivery.providers.base import Provider
+from receipts.delivery.providers.base import BatchProvider, Provider
 from receipts.delivery.recorder import Recorder
 from receipts.delivery.sending_pause import PauseGate, describe_reason
 from receipts.delivery.summary import ExitCode, WorkerSummary
@@ -112,6 +112,42 @@ class Sender:
             log.exception("attempt failed unexpectedly: key=%s", row.message_key)
             self.summary.count("unrecorded")
             self.let_go()
+
+    def attempt_batch(self, batch: claims.ClaimedBatch, claimed_at: float) -> None:
+        """Send one batch in one request (``receipts.delivery.batches``): the same body
+        under the same key on every attempt; each member's answer goes to the recorder."""
+        try:
+            if self.halt.is_set():
+                self._put_all(batch, RELEASED)
+                return
+            if batch.body is None:
+                self._put_all(batch, batches.body_changed(batch))
+                return
+            if not self.limiter.acquire(claimed_at + self.send_window, self.halt):
+                self._put_all(batch, RELEASED)
+                return
+            assert isinstance(self.provider, BatchProvider)
+            answered = self.provider.send_batch(batch.batch_key, batch.body, batch.size)
+            decision, results = batches.batch_decision(
+                answered,
+                batch,
+                self.settings,
+                now=datetime.now(UTC),
+                table=self.provider.answers,
+            )
+            self._act_on(decision)
+            for row, result in zip(batch.rows, results, strict=True):
+                self.recorder.put(row, result)
+        except Exception:
+            # The leases expire and another run sends the same batch with the same key.
+            log.exception("batch attempt failed unexpectedly: batch=%s", batch.batch_key)
+            self.summary.count("unrecorded", len(batch.rows))
+            for _ in batch.rows:
+                self.let_go()
+
+    def _put_all(self, batch: claims.ClaimedBatch, result: AttemptResult) -> None:
+        for row in batch.rows:
+            self.recorder.put(row, result)
 
     def _look_up(self, row: claims.ClaimedRow, send_by: float) -> AttemptResult | None:
         """Ask the provider (or the recorded webhooks) whether it has this receipt;

@@ -34,13 +34,14 @@ from concurrent.futures import ThreadPoolExecutor
 import psycopg
 
 from receipts.config import ConfigError, Settings
-from receipts.db import Database, DatabaseUnavailable, describe_error
-from receipts.delivery import claims
+from receipts.db import Connection, Database, DatabaseUnavailable, describe_error
+from receipts.delivery import batches, claims
 from receipts.delivery.configured import send_rate
 from receipts.delivery.first_render import payload_renderer
 from receipts.delivery.listener import start_listener
 from receipts.delivery.pacing import RateLimiter
-from receipts.delivery.providers.base import Provider
+from receipts.delivery.payload_check import payload_problem
+from receipts.delivery.providers.base import Provider, batch_limit
 from receipts.delivery.recorder import RECORDER_THREADS, Recorder
 from receipts.delivery.rows_in_hand import RowsInHand, claim_sizing
 from receipts.delivery.sender import Sender
@@ -106,6 +107,32 @@ def run_worker(
     return worker.run()
 
 
+def effective_batch_size(settings: Settings, provider: Provider) -> int:
+    """Rows per request: ``RECEIPTS_BATCH_SIZE`` where the provider has a batch endpoint
+    that takes that many, else 1 (Postmark, SMTP and the file sink send singly here)."""
+    limit = batch_limit(provider)
+    if settings.batch_size > 1 and settings.attach_pdf:
+        # Every receipt carries its PDF, which no batch may: claiming batch-sized
+        # numbers of single sends would only release most of them unsent.
+        log_fields(
+            log,
+            "receipts carry their PDF and go singly; RECEIPTS_BATCH_SIZE is not used",
+            logging.WARNING,
+            batch_size=settings.batch_size,
+        )
+        return 1
+    if settings.batch_size > 1 and limit < settings.batch_size:
+        log_fields(
+            log,
+            "this provider sends one receipt per request; RECEIPTS_BATCH_SIZE is not used",
+            logging.WARNING,
+            provider=provider.name,
+            batch_size=settings.batch_size,
+        )
+        return 1
+    return settings.batch_size
+
+
 def default_worker_id() -> str:
     return f"{socket.gethostname()}:{threading.get_native_id()}:{uuid.uuid4().hex[:8]}"
 
@@ -142,11 +169,13 @@ class _Dispatcher:
         send_budget = settings.provider_connect_timeout + settings.provider_timeout
         # How long a claimed row may wait for a send slot and still finish inside its lease.
         self.send_window = settings.lease_seconds - send_budget - LEASE_SAFETY_SECONDS
+        self.batch_size = effective_batch_size(settings, provider)
         self.sizing = claim_sizing(
             concurrency=concurrency,
             send_window=self.send_window,
             send_budget=send_budget,
             sendable=self.limiter.sendable_within(self.send_window),
+            per_request=self.batch_size,
         )
         self.rows = RowsInHand(self.sizing.capacity)
         self.database = Database(
@@ -195,6 +224,7 @@ class _Dispatcher:
             concurrency=self.concurrency,
             loop=self.loop,
             send_interval=round(self.limiter.interval, 4),
+            batch_size=self.batch_size,
         )
         self.recorder.start()
         try:
@@ -249,19 +279,25 @@ class _Dispatcher:
             if wanted > 0:
                 last_claim = time.monotonic()
                 claim = self._claim(wanted)
-                self.rows.give_back(wanted - (len(claim.rows) if claim is not None else 0))
+                self.rows.give_back(wanted - (claim.in_hand if claim is not None else 0))
                 if claim is None:
                     return
-                for row in claim.rows:
-                    senders.submit(self.sender.attempt, row, self.clock())
+                self._hand_out(senders, claim)
                 # Rows moved to review count too: they filled the claim.
-                maybe_ready = len(claim.rows) + len(claim.skipped) == wanted
+                maybe_ready = claim.in_hand + len(claim.skipped) == wanted
                 if not self.loop and not maybe_ready and self.rows.none_in_hand():
                     return  # drained: nothing ready, nothing in hand
             woken = self.wake.wait(timeout=min(0.25, pause) if pause else 0.25)
             # A drain run looks again when slots free up: rows may have become ready
             # meanwhile. A looping worker waits for a notification or the poll.
             maybe_ready = maybe_ready or (woken and not self.loop)
+
+    def _hand_out(self, senders: ThreadPoolExecutor, claim: claims.Claim) -> None:
+        """Each batch and each single row to a sender thread."""
+        for batch in claim.batches:
+            senders.submit(self.sender.attempt_batch, batch, self.clock())
+        for row in claim.rows:
+            senders.submit(self.sender.attempt, row, self.clock())
 
     def _sending_paused(self) -> bool:
         """A quota pause is in force: a drain run stops (exit 4), a loop waits and looks again."""
@@ -288,16 +324,7 @@ class _Dispatcher:
             # Autocommit: the claim is one statement, and a first claim's email
             # is frozen by a second one (see claims.claim_ready).
             with self.database.autocommit() as conn:
-                claim = claims.claim_ready(
-                    conn,
-                    limit=limit,
-                    worker_id=self.worker_id,
-                    lease_seconds=self.settings.lease_seconds,
-                    max_attempts=self.settings.max_attempts,
-                    retry_cutoff_hours=self.settings.retry_cutoff_hours,
-                    render=self.render,
-                    look_up_past_limit=self.provider.guarantee.can_look_up,
-                )
+                claim = self._claim_rows(conn, limit)
         except psycopg.errors.InsufficientPrivilege as exc:
             # A role without the worker's grants: retrying cannot help.
             self.summary.stop(f"the database role lacks a privilege: {describe_error(exc)}", 2)
@@ -319,6 +346,47 @@ class _Dispatcher:
                 reason=skipped.review_reason,
             )
         return claim
+
+    def _claim_rows(self, conn: Connection, limit: int) -> claims.Claim:
+        """Live batches to send again first, then ready rows; with batches, the rows
+        that may go out under a new key are grouped and stored as new batches."""
+        resent: list[claims.ClaimedBatch] = []
+        skipped: list[claims.SkippedRow] = []
+        if self.batch_size > 1:
+            resent, skipped = batches.claim_batches(
+                conn,
+                limit=limit // self.batch_size,
+                worker_id=self.worker_id,
+                lease_seconds=self.settings.lease_seconds,
+                max_attempts=self.settings.max_attempts,
+                retry_cutoff_hours=self.settings.retry_cutoff_hours,
+                lease_expires=time.monotonic() + self.settings.lease_seconds,
+            )
+        claim = claims.claim_ready(
+            conn,
+            limit=limit - sum(len(batch.rows) for batch in resent),
+            worker_id=self.worker_id,
+            lease_seconds=self.settings.lease_seconds,
+            max_attempts=self.settings.max_attempts,
+            retry_cutoff_hours=self.settings.retry_cutoff_hours,
+            render=self.render,
+            look_up_past_limit=self.provider.guarantee.can_look_up,
+        )
+        formed: list[claims.ClaimedBatch] = []
+        singles = claim.rows
+        if self.batch_size > 1:
+            formed, singles = batches.form_batches(
+                conn,
+                claim.rows,
+                size=self.batch_size,
+                provider=self.provider.name,
+                worker_id=self.worker_id,
+                sendable=self._sendable,
+            )
+        return claims.Claim(rows=singles, skipped=skipped + claim.skipped, batches=resent + formed)
+
+    def _sendable(self, row: claims.ClaimedRow) -> bool:
+        return payload_problem(row.message_key, row.payload, self.settings) is None
 
     def _notify(self) -> None:
         """The listener heard a NOTIFY: claim at once."""

@@ -20,6 +20,9 @@ def test_the_worker_runs_exactly_these_statements() -> None:
         "record_sending_pause",
         "current_sending_pause",
         "clear_sending_pause",
+        "form_batches",
+        "claim_batches",
+        "batch_bodies",
     }
 
 

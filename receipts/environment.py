@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -256,6 +257,8 @@ class EnvironmentReader:
             value = float(raw)
         except ValueError:
             raise ConfigError(name, f"must be a number, got {raw!r}") from None
+        if not math.isfinite(value):
+            raise ConfigError(name, f"must be a finite number, got {raw!r}")
         if minimum is not None and value < minimum:
             raise ConfigError(name, f"must be at least {minimum:g}, got {raw}")
         if maximum is not None and value > maximum:

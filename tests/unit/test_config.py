@@ -99,6 +99,8 @@ def test_missing_required_setting_names_the_variable(variable: str) -> None:
         ("RESEND_API_URL", "ftp://x", "http"),
         ("RECEIPTS_SEND_RATE", "fast", "number"),
         ("RECEIPTS_SEND_RATE", "-1", "at least"),
+        ("RECEIPTS_SEND_RATE", "nan", "finite number"),
+        ("RECEIPTS_PROVIDER_TIMEOUT", "-inf", "finite number"),
         ("RECEIPTS_BATCH_SIZE", "0", "at least 1"),
         ("RECEIPTS_BATCH_SIZE", "101", "at most 100"),
         ("RECEIPTS_BATCH_SIZE", "2.5", "whole number"),

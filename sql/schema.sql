@@ -252,6 +252,15 @@ CREATE TABLE sending_pauses (
     CONSTRAINT pause_ends_after_it_starts CHECK (paused_until > paused_at)
 );
 
+-- The fleet's send pace, one row per provider: when the next request of any
+-- worker may start, and the provider's own limit (requests/s) as last heard.
+CREATE TABLE send_pace (
+    provider    text PRIMARY KEY,
+    next_slot   timestamptz NOT NULL,
+    team_limit  double precision CHECK (team_limit > 0),
+    updated_at  timestamptz NOT NULL DEFAULT now()
+);
+
 -- Thin event notifications, stored before their invoice is fetched.
 CREATE TABLE stripe_thin_events (
     event_id           text PRIMARY KEY,

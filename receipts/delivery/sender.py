@@ -24,6 +24,7 @@ from datetime import UTC, datetime, timedelta
 from receipts.config import Settings
 from receipts.delivery import batches, claims, lookups
 from receipts.delivery.decisions import RELEASED, AttemptResult, Decision, decide
+from receipts.delivery.fleet_pace import FleetPace
 from receipts.delivery.pacing import RateLimiter
 from receipts.delivery.payload_check import payload_problem
 from receipts.delivery.providers.base import BatchProvider, Provider
@@ -67,6 +68,13 @@ class Sender:
     send_window: float  # seconds a claimed row may wait for a slot and still finish in its lease
     let_go: Callable[[], None]
     worker_id: str
+    fleet: FleetPace | None = None  # the pace every worker process shares, if the limit is known
+
+    def _slot(self, send_by: float) -> bool:
+        """This process's pace, then the fleet's: False when no slot comes by ``send_by``."""
+        if not self.limiter.acquire(send_by, self.halt):
+            return False
+        return self.fleet is None or self.fleet.acquire(send_by, self.halt)
 
     def attempt(self, row: claims.ClaimedRow, claimed_at: float) -> None:
         """Send one row; the recorder writes the answer, so this slot is free at once.
@@ -94,7 +102,7 @@ class Sender:
                 if result is not None:
                     self.recorder.put(row, result)
                     return
-            if not self.limiter.acquire(send_by, self.halt):
+            if not self._slot(send_by):
                 self.recorder.put(row, RELEASED)
                 return
             answer = self.provider.send(row.message_key, row.payload)
@@ -123,7 +131,7 @@ class Sender:
             if batch.body is None:
                 self._put_all(batch, batches.body_changed(batch))
                 return
-            if not self.limiter.acquire(claimed_at + self.send_window, self.halt):
+            if not self._slot(claimed_at + self.send_window):
                 self._put_all(batch, RELEASED)
                 return
             assert isinstance(self.provider, BatchProvider)
@@ -154,7 +162,7 @@ class Sender:
         the attempt's result, or None when it does not and the send goes ahead."""
         found = lookups.evidence_lookup(row)
         if found is None:
-            if not self.limiter.acquire(send_by, self.halt):
+            if not self._slot(send_by):
                 return RELEASED
             started = row.first_attempt_at or datetime.now(UTC)
             found = self.provider.look_up(
@@ -195,6 +203,10 @@ class Sender:
         """What the answer means beyond its row: the pace, the pause, the run."""
         if decision.provider_rate is not None:
             self.limiter.follow_provider_rate(decision.provider_rate)
+        if self.fleet is not None:
+            self.fleet.heard(
+                limit_per_second=decision.provider_rate, pause_seconds=decision.pause_sends
+            )
         if decision.pause_sends and self.limiter.pause(decision.pause_sends):
             log_fields(
                 log,

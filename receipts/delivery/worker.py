@@ -36,8 +36,9 @@ import psycopg
 from receipts.config import ConfigError, Settings
 from receipts.db import Connection, Database, DatabaseUnavailable, describe_error
 from receipts.delivery import batches, claims
-from receipts.delivery.configured import send_rate
+from receipts.delivery.configured import fleet_rate, send_rate
 from receipts.delivery.first_render import payload_renderer
+from receipts.delivery.fleet_pace import FleetPace
 from receipts.delivery.listener import start_listener
 from receipts.delivery.pacing import RateLimiter
 from receipts.delivery.payload_check import payload_problem
@@ -174,7 +175,7 @@ class _Dispatcher:
             concurrency=concurrency,
             send_window=self.send_window,
             send_budget=send_budget,
-            sendable=self.limiter.sendable_within(self.send_window),
+            sendable=self._sendable_within(self.send_window, fleet_rate(settings, provider)),
             per_request=self.batch_size,
         )
         self.rows = RowsInHand(self.sizing.capacity)
@@ -196,6 +197,7 @@ class _Dispatcher:
             worker_id=worker_id,
             recheck_seconds=poll_seconds,
         )
+        self.fleet = self._fleet_pace(send_rate(settings, provider))
         self.sender = Sender(
             settings=settings,
             provider=provider,
@@ -208,6 +210,28 @@ class _Dispatcher:
             send_window=self.send_window,
             let_go=self._let_go,
             worker_id=worker_id,
+            fleet=self.fleet,
+        )
+
+    def _sendable_within(self, seconds: float, fleet_rate: float) -> int | None:
+        """Requests this process may send in ``seconds``: at its own pace, and at most
+        what the whole fleet may (None: no cap)."""
+        own = self.limiter.sendable_within(seconds)
+        if fleet_rate <= 0:
+            return own
+        fleet = max(1, int(seconds * fleet_rate))
+        return fleet if own is None else min(own, fleet)
+
+    def _fleet_pace(self, rate: float) -> FleetPace | None:
+        """Sends are paced with every other worker process's unless they are uncapped."""
+        if rate <= 0:
+            return None
+        return FleetPace(
+            self.database,
+            provider=self.provider.name,
+            share=self.settings.send_share,
+            limiter=self.limiter,
+            clock=self.clock,
         )
 
     def run(self) -> WorkerSummary:
@@ -224,6 +248,7 @@ class _Dispatcher:
             concurrency=self.concurrency,
             loop=self.loop,
             send_interval=round(self.limiter.interval, 4),
+            fleet_share=self.settings.send_share if self.fleet is not None else None,
             batch_size=self.batch_size,
         )
         self.recorder.start()

@@ -224,6 +224,40 @@ ON CONFLICT (provider) DO UPDATE
 RETURNING provider, reason, paused_at, paused_until, worker_id,
           extract(epoch FROM paused_until - now())::float8 AS seconds_left
 
+-- name: reserve_send_slot
+-- Takes the next start time for a request to this provider that no worker process has taken: one interval (spacing / the limit the provider last stated, in requests/s; none while no answer has stated one) after the last one taken, and never before a wait the provider asked for; returns the seconds until it, or no row (nothing taken) when it comes later than max_wait seconds from now.
+INSERT INTO send_pace AS p (provider, next_slot)
+VALUES (%(provider)s, clock_timestamp())
+ON CONFLICT (provider) DO UPDATE
+   SET next_slot = greatest(p.next_slot, clock_timestamp())
+                   + make_interval(secs => coalesce(%(spacing)s / p.team_limit, 0)),
+       updated_at = clock_timestamp()
+ WHERE greatest(p.next_slot, clock_timestamp())
+       <= clock_timestamp() + make_interval(secs => %(max_wait)s)
+RETURNING greatest(0.0, extract(epoch FROM p.next_slot - clock_timestamp())::float8
+                        - coalesce(%(spacing)s / p.team_limit, 0)) AS wait_seconds
+
+-- name: send_pace_wait
+-- Seconds until this provider's next start time that no worker process has taken (no row: none taken yet).
+SELECT greatest(0.0, extract(epoch FROM next_slot - clock_timestamp())::float8) AS wait_seconds
+  FROM send_pace
+ WHERE provider = %(provider)s
+
+-- name: hold_send_pace
+-- The provider asked for a wait (a 429, or its window used up): no worker process starts a request to it before pause_seconds from now.
+INSERT INTO send_pace AS p (provider, next_slot)
+VALUES (%(provider)s, clock_timestamp() + make_interval(secs => %(pause_seconds)s))
+ON CONFLICT (provider) DO UPDATE
+   SET next_slot = greatest(p.next_slot, EXCLUDED.next_slot), updated_at = clock_timestamp()
+
+-- name: record_team_limit
+-- The provider's limit (ratelimit-limit, in requests/s) as an answer stated it, for every worker process's next reservation; written only when it changed.
+INSERT INTO send_pace AS p (provider, next_slot, team_limit)
+VALUES (%(provider)s, clock_timestamp(), %(team_limit)s)
+ON CONFLICT (provider) DO UPDATE
+   SET team_limit = EXCLUDED.team_limit, updated_at = clock_timestamp()
+ WHERE p.team_limit IS DISTINCT FROM EXCLUDED.team_limit
+
 -- name: current_sending_pause
 -- The pause in force for this provider with the seconds it has left, or no row when sending may go on.
 SELECT provider, reason, paused_at, paused_until, worker_id,

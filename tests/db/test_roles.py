@@ -145,6 +145,9 @@ SAMPLE_PARAMETERS: dict[str, Any] = {
     "currency": "usd",
     "provider": "resend",
     "pause_seconds": 3600.0,
+    "spacing": 1.75,
+    "max_wait": 10.0,
+    "team_limit": 5.0,
     "reason": "daily_quota_exceeded",
     "email_created_at": datetime(2026, 11, 30, 0, 59, tzinfo=UTC),
     "invoice_ids": ["in_1Sample"],
@@ -826,6 +829,10 @@ def test_the_privilege_check_names_what_a_role_lacks(roles: dict[str, str], db: 
         "delivery.sql: form_batches",
         "delivery.sql: claim_batches",
         "delivery.sql: batch_bodies",
+        "delivery.sql: reserve_send_slot",
+        "delivery.sql: send_pace_wait",
+        "delivery.sql: hold_send_pace",
+        "delivery.sql: record_team_limit",
     }
     claim = found["delivery.sql: claim_ready"]
     assert claim.reason.startswith("permission denied for table")

@@ -27,6 +27,7 @@ def test_defaults_follow_the_design() -> None:
     assert settings.provider_timeout <= 10.0
     assert settings.send_rate is None  # the provider's own default: Resend's 5/s
     assert settings.batch_size == 1  # one request per receipt unless batches are asked for
+    assert settings.send_share == 0.6  # all workers together: 3 of Resend's 5 requests/s
     assert load_settings({**VALID, "RECEIPTS_BATCH_SIZE": "100"}).batch_size == 100
 
 
@@ -101,6 +102,9 @@ def test_missing_required_setting_names_the_variable(variable: str) -> None:
         ("RECEIPTS_SEND_RATE", "-1", "at least"),
         ("RECEIPTS_SEND_RATE", "nan", "finite number"),
         ("RECEIPTS_PROVIDER_TIMEOUT", "-inf", "finite number"),
+        ("RECEIPTS_SEND_SHARE", "0", "at least 0.01"),
+        ("RECEIPTS_SEND_SHARE", "1.5", "at most 1"),
+        ("RECEIPTS_SEND_SHARE", "nan", "finite number"),
         ("RECEIPTS_BATCH_SIZE", "0", "at least 1"),
         ("RECEIPTS_BATCH_SIZE", "101", "at most 100"),
         ("RECEIPTS_BATCH_SIZE", "2.5", "whole number"),

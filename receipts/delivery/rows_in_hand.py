@@ -68,13 +68,14 @@ class RowsInHand:
         self._free = capacity
         self._lock = threading.Lock()
 
-    def reserve(self, at_least: int) -> int:
-        """Take every free slot if at least ``at_least`` are free (else none); how many taken."""
+    def reserve(self, at_least: int, multiple_of: int = 1) -> int:
+        """Take the free slots if at least ``at_least`` are free (else none), as many as
+        make a whole number of ``multiple_of`` (a batch's rows); how many taken."""
         with self._lock:
-            taken = self._free
+            taken = self._free - self._free % multiple_of
             if taken < at_least or taken == 0:
                 return 0
-            self._free = 0
+            self._free -= taken
             return taken
 
     def give_back(self, slots: int) -> None:

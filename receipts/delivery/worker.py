@@ -298,7 +298,10 @@ class _Dispatcher:
             poll_due = time.monotonic() - last_claim >= self.poll_seconds
             if pause == 0.0 and (maybe_ready or poll_due):
                 # Claim only once enough slots are free (0 reserved: not yet).
-                wanted = self.rows.reserve(at_least=self.sizing.refill_at)
+                # Whole batches only: rows claimed past the last one would go singly.
+                wanted = self.rows.reserve(
+                    at_least=self.sizing.refill_at, multiple_of=self.batch_size
+                )
             else:
                 wanted = 0
             if wanted > 0:

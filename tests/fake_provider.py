@@ -371,6 +371,14 @@ class FakeResend:
                 "held": {gate: n for gate, n in self._held.items() if n},
             }
 
+    def tagged(self) -> dict[str, int]:
+        """How many emails were delivered with each ``message_key`` tag (a receipt's
+        names its key; an email without one counts under ""): what a benchmark of a
+        hundred thousand counts doubles by."""
+        with self._lock:
+            bodies = [delivery["body"] for delivery in self.deliveries]
+        return dict(Counter(_message_key_tag(json.loads(body)) for body in bodies))
+
     def send_email(self, authorization: str | None, key: str | None, body: bytes) -> Reply:
         """Answer one ``POST /emails``: (status, headers, body)."""
         with self._lock:
@@ -750,6 +758,8 @@ class _Handler(BaseHTTPRequestHandler):
             with fake._lock:
                 deliveries = list(fake.deliveries)
             self._reply(200, {}, json.dumps(deliveries).encode())
+        elif self.path == "/_tagged":
+            self._reply(200, {}, json.dumps(fake.tagged()).encode())
         elif self.path == "/_arrivals":
             with fake._lock:
                 arrivals = list(fake.arrivals)
@@ -860,6 +870,11 @@ class FakeProviderClient:
 
     def deliveries(self) -> list[dict[str, str]]:
         result: list[dict[str, str]] = requests.get(f"{self.url}/_deliveries", timeout=5).json()
+        return result
+
+    def tagged(self) -> dict[str, int]:
+        """Deliveries per message_key tag."""
+        result: dict[str, int] = requests.get(f"{self.url}/_tagged", timeout=60).json()
         return result
 
     def arrivals(self) -> list[float]:

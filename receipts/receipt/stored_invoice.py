@@ -48,12 +48,21 @@ def stored_invoice(invoice: dict[str, Any]) -> dict[str, Any]:
 
 
 def _without_metadata(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {
-            name: _without_metadata(item)
-            for name, item in value.items()
-            if name != LEFT_OUT_EVERYWHERE
-        }
-    if isinstance(value, list):
-        return [_without_metadata(item) for item in value]
-    return value
+    """A copy of ``value`` without any ``metadata`` key. Iterative: a hostile value
+    nested thousands deep is copied, not a RecursionError."""
+    top: list[Any] = [None]
+    pending: list[tuple[Any, Any, Any]] = [(value, top, 0)]  # (item, its new parent, key)
+    while pending:
+        item, parent, key = pending.pop()
+        copied: Any = item
+        if isinstance(item, dict):
+            copied = {}
+            for name, inner in item.items():
+                if name != LEFT_OUT_EVERYWHERE:
+                    copied[name] = None  # keeps the order of the keys
+                    pending.append((inner, copied, name))
+        elif isinstance(item, list):
+            copied = [None] * len(item)
+            pending.extend((inner, copied, index) for index, inner in enumerate(item))
+        parent[key] = copied
+    return top[0]

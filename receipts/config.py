@@ -25,6 +25,8 @@ POSTMARK_RETENTION_DAYS = 45.0
 # How long after Postmark accepted a message its outbound search is trusted to
 # show it. Postmark documents no figure; a minute is well past what is seen.
 POSTMARK_SEARCH_LAG_SECONDS = 60.0
+# The most emails Resend's POST /emails/batch takes in one request.
+MAX_BATCH_SIZE = 100
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -52,6 +54,12 @@ class Settings:
     # Provider requests per second per worker process; None: the provider's
     # documented default (Resend: 5/s per team), 0: no cap.
     send_rate: float | None = None
+    # RECEIPTS_SEND_SHARE: the part of the provider's team limit every worker process
+    # together may use (the app's own mail keeps the rest); receipts.delivery.fleet_pace.
+    send_share: float = 0.6
+    # RECEIPTS_BATCH_SIZE: receipts per provider request (1: one request each);
+    # above 1, Resend's batch endpoint under the batch's own Idempotency-Key.
+    batch_size: int = 1
     provider_timeout: float = 10.0
     provider_connect_timeout: float = 5.0
     send_zero_value: bool = False
@@ -175,6 +183,8 @@ def load_settings(environ: Mapping[str, str], *, required: Iterable[str] = ()) -
         stripe_api_key=reader.stripe_key("STRIPE_API_KEY"),
         stripe_api_base=reader.http_url("STRIPE_API_BASE", "https://api.stripe.com"),
         send_rate=reader.optional_number("RECEIPTS_SEND_RATE", minimum=0.0),
+        send_share=reader.number("RECEIPTS_SEND_SHARE", 0.6, minimum=0.01, maximum=1.0),
+        batch_size=reader.whole_number("RECEIPTS_BATCH_SIZE", 1, minimum=1, maximum=MAX_BATCH_SIZE),
         provider_timeout=reader.number(
             "RECEIPTS_PROVIDER_TIMEOUT", 10.0, minimum=0.1, maximum=10.0
         ),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -256,11 +257,23 @@ class EnvironmentReader:
             value = float(raw)
         except ValueError:
             raise ConfigError(name, f"must be a number, got {raw!r}") from None
+        if not math.isfinite(value):
+            raise ConfigError(name, f"must be a finite number, got {raw!r}")
         if minimum is not None and value < minimum:
             raise ConfigError(name, f"must be at least {minimum:g}, got {raw}")
         if maximum is not None and value > maximum:
             raise ConfigError(name, f"must be at most {maximum:g}, got {raw}")
         return value
+
+    def whole_number(self, name: str, default: int, *, minimum: int, maximum: int) -> int:
+        """A whole number within [minimum, maximum]; ``2.5`` is refused, not rounded."""
+        raw = self.text(name)
+        if raw is None:
+            return default
+        value = self.number(name, default, minimum=minimum, maximum=maximum)
+        if not value.is_integer():
+            raise ConfigError(name, f"must be a whole number, got {raw!r}")
+        return int(value)
 
     def optional_number(self, name: str, *, minimum: float) -> float | None:
         """A number, or None when unset (the caller's default then applies)."""

@@ -45,6 +45,24 @@ CREATE INDEX stripe_events_rowless_number ON stripe_events (upper(invoice_number
 CREATE INDEX stripe_events_rowless_email ON stripe_events (lower(customer_email))
     WHERE message_key IS NULL AND customer_email IS NOT NULL;
 
+-- Batches of receipts sent in one provider request under the batch's own
+-- Idempotency-Key (RECEIPTS_BATCH_SIZE): membership and order are on the member
+-- rows (batch_key, batch_position), written before the first attempt; a batch is
+-- live until its answer is recorded (finished_at).
+CREATE TABLE email_batches (
+    batch_key        text PRIMARY KEY CHECK (length(batch_key) <= 256),
+    provider         text NOT NULL,
+    size             integer NOT NULL CHECK (size >= 1),
+    body_sha256      text NOT NULL,
+    attempts         integer NOT NULL DEFAULT 1,
+    worker_id        text,
+    created_at       timestamptz NOT NULL DEFAULT now(),
+    first_attempt_at timestamptz NOT NULL DEFAULT now(),
+    finished_at      timestamptz
+);
+
+CREATE INDEX email_batches_live ON email_batches (created_at) WHERE finished_at IS NULL;
+
 -- The outbox: one row per email ever to be sent, keyed by its message key.
 CREATE TABLE email_outbox (
     message_key        text PRIMARY KEY CHECK (length(message_key) <= 256),
@@ -80,6 +98,9 @@ CREATE TABLE email_outbox (
     -- the resend (`<key>/resend-N`) that settled this receipt: a review row with
     -- one needs no person; NULL when none, and again after `review retry`
     resent_as          text,
+    -- the batch this row was last sent in (migration 017) and its place there
+    batch_key          text REFERENCES email_batches (batch_key),
+    batch_position     integer,
     CONSTRAINT review_has_reason CHECK (status <> 'review' OR review_reason IS NOT NULL),
     CONSTRAINT processing_has_lease CHECK (
         status <> 'processing' OR (lease_token IS NOT NULL AND locked_until IS NOT NULL)),
@@ -90,6 +111,8 @@ CREATE TABLE email_outbox (
         status NOT IN ('pending', 'processing') OR payload IS NOT NULL
         OR render_input IS NOT NULL),
     -- a resend key names the receipt it copies: `<key, or the key it resends>/resend-N`
+    CONSTRAINT email_outbox_batch_position CHECK (
+        (batch_key IS NULL) = (batch_position IS NULL) AND coalesce(batch_position, 0) >= 0),
     CONSTRAINT email_outbox_resent_as_names_a_resend CHECK (
         resent_as IS NULL
         OR (resent_as ~ '/resend-[0-9]+$'
@@ -99,6 +122,8 @@ CREATE TABLE email_outbox (
 
 -- Rows a worker may claim: ready pending rows and processing rows whose lease
 -- may have expired. Small however many sent rows pile up.
+CREATE INDEX email_outbox_batch ON email_outbox (batch_key, batch_position)
+    WHERE batch_key IS NOT NULL;
 CREATE INDEX email_outbox_ready ON email_outbox (available_at) WHERE status = 'pending';
 CREATE INDEX email_outbox_leased ON email_outbox (locked_until) WHERE status = 'processing';
 CREATE INDEX email_outbox_invoice ON email_outbox (invoice_id);
@@ -225,6 +250,15 @@ CREATE TABLE sending_pauses (
     paused_until  timestamptz NOT NULL,
     worker_id     text NOT NULL,
     CONSTRAINT pause_ends_after_it_starts CHECK (paused_until > paused_at)
+);
+
+-- The fleet's send pace, one row per provider: when the next request of any
+-- worker may start, and the provider's own limit (requests/s) as last heard.
+CREATE TABLE send_pace (
+    provider    text PRIMARY KEY,
+    next_slot   timestamptz NOT NULL,
+    team_limit  double precision CHECK (team_limit > 0),
+    updated_at  timestamptz NOT NULL DEFAULT now()
 );
 
 -- Thin event notifications, stored before their invoice is fetched.

@@ -35,6 +35,18 @@ Rules it keeps, like Resend:
   only when ``quota_retry_after`` is set, since Resend documents none), and
   every answer carries ``x-resend-daily-quota`` / ``x-resend-monthly-quota``
   (emails used). The day is the UTC day of the fake's clock.
+* ``POST /emails/batch`` takes a JSON array of 1 to 100 emails as Resend's
+  "Send Batch Emails" does, one request against the rate limit, under one
+  ``Idempotency-Key`` for the whole batch with the same rules as above (same
+  key + same body replays the first answer; another body answers 409
+  ``invalid_idempotent_request``). Each email is checked as ``POST /emails``
+  checks one, and an attachment is refused (the batch endpoint takes none).
+  With ``x-batch-validation: permissive`` the valid emails are delivered and
+  the answer is ``{"data": [{"id"}…], "errors": [{"index", "message"}…]}``
+  (``data`` in request order, ``errors`` naming each refused email's index);
+  without it (strict) one invalid email answers 422 ``validation_error`` and
+  nothing is delivered. Each delivery records the batch key as its ``key``,
+  its ``index`` and its ``message_key`` tag.
 * ``GET /emails?limit=&after=`` lists the emails sent, newest first, as
   Resend's "List Sent Emails" does (``{"object": "list", "has_more",
   "data": [{"id", "to", "from", "subject", "created_at", "last_event"}]}``,
@@ -45,7 +57,7 @@ Rules it keeps, like Resend:
 
 Control API (JSON in, JSON out):
 
-* ``GET /_stats``: ``requests``, ``deliveries``, ``replays``,
+* ``GET /_stats``: ``requests``, ``batch_requests``, ``deliveries``, ``replays``,
   ``requests_by_key``, ``deliveries_by_key``, ``in_flight``, ``max_in_flight``,
   ``rate_limited`` (429s for the rate) and ``quota_refused`` (429s for a quota).
 * ``GET /_deliveries``: every delivery ``{"id", "key", "body"}`` in order.
@@ -64,7 +76,9 @@ Control API (JSON in, JSON out):
   once, the answer waits until the gate is released: it arrives late, or
   never if the client died), ``no_id`` (a 2xx without an id; nothing
   delivered), ``key`` (use this answer only for that Idempotency-Key),
-  ``message`` (the error body's message instead of Resend's for the name).
+  ``message`` (the error body's message instead of Resend's for the name),
+  ``refuse`` (a batch only: ``{"INDEX": "message"}``, emails refused by index
+  as a validation error would be).
 * ``POST /_release``: ``{"gate": NAME}`` lets every request held at that gate
   go on, and every later one pass it at once. ``GET /_stats`` says how many
   wait at each gate (``held``). Gates let a test decide when an answer comes,
@@ -169,6 +183,7 @@ class _Answer:
     no_id: bool = False
     key: str | None = None
     message: str | None = None
+    refuse: dict[str, str] = field(default_factory=dict)
 
 
 class _Limits:
@@ -275,7 +290,8 @@ class FakeResend:
         self._answers: list[_Answer] = []
         self._clock_offset = 0.0
         self.requests: Counter[str] = Counter()
-        self.deliveries: list[dict[str, str]] = []
+        self.batch_requests = 0
+        self.deliveries: list[dict[str, Any]] = []
         self.arrivals: list[float] = []
         self.received: list[tuple[float, str]] = []
         self.replays = 0
@@ -343,6 +359,7 @@ class FakeResend:
             delivered = Counter(delivery["key"] for delivery in self.deliveries)
             return {
                 "requests": sum(self.requests.values()),
+                "batch_requests": self.batch_requests,
                 "deliveries": len(self.deliveries),
                 "replays": self.replays,
                 "requests_by_key": dict(self.requests),
@@ -353,6 +370,14 @@ class FakeResend:
                 "quota_refused": self.quota_refused,
                 "held": {gate: n for gate, n in self._held.items() if n},
             }
+
+    def tagged(self) -> dict[str, int]:
+        """How many emails were delivered with each ``message_key`` tag (a receipt's
+        names its key; an email without one counts under ""): what a benchmark of a
+        hundred thousand counts doubles by."""
+        with self._lock:
+            bodies = [delivery["body"] for delivery in self.deliveries]
+        return dict(Counter(_message_key_tag(json.loads(body)) for body in bodies))
 
     def send_email(self, authorization: str | None, key: str | None, body: bytes) -> Reply:
         """Answer one ``POST /emails``: (status, headers, body)."""
@@ -386,6 +411,106 @@ class FakeResend:
                 self.in_flight -= 1
                 if not accepted:
                     self.limits.settle(None)
+
+    def send_batch(
+        self, authorization: str | None, key: str | None, body: bytes, permissive: bool
+    ) -> Reply:
+        """Answer one ``POST /emails/batch``: (status, headers, body)."""
+        with self._lock:
+            self.arrivals.append(time.monotonic())
+            self.received.append((time.time(), key or ""))
+        refused = self._check_credentials(authorization)
+        if refused is not None:
+            return refused
+        with self._lock:
+            self.requests[key or ""] += 1
+            self.batch_requests += 1
+            admitted, rate_headers = self.limits.admit()
+            if not admitted:
+                self.rate_limited += 1
+                return _with(_error(429, "rate_limit_exceeded"), rate_headers)
+            known = self._known_key_answer(key, body)
+            if known is not None:
+                return _with(known, rate_headers)
+            answer = self._next_answer(key)
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            reply = self._answer_batch(key, body, answer, permissive)
+            return _with(self._remember(key, reply, answer), rate_headers)
+        finally:
+            with self._lock:
+                self.in_flight -= 1
+
+    def _answer_batch(
+        self, key: str | None, body: bytes, answer: _Answer, permissive: bool
+    ) -> Reply:
+        if self.latency:
+            time.sleep(self.latency)
+        gate = answer.hold or self.hold_every
+        if gate is not None:
+            self._wait_at(gate)
+        if not 200 <= answer.status < 300:
+            if answer.name is None:
+                return answer.status, {}, b""
+            return _error(answer.status, answer.name, answer.message)
+        emails = _batch_emails(body)
+        if emails is None:
+            return _error(422, "validation_error", "The batch must be 1 to 100 emails.")
+        problems = {
+            index: problem
+            for index, email in enumerate(emails)
+            if (problem := answer.refuse.get(str(index)) or _batch_email_problem(email))
+        }
+        if problems and not permissive:
+            return _error(422, "validation_error", next(iter(problems.values())))
+        if answer.no_id:
+            return answer.status, {}, b"{}"
+        created = self._deliver_batch(key, emails, problems)
+        if answer.hold_answer is not None:
+            self._wait_at(answer.hold_answer)
+        document: dict[str, Any] = {"data": [{"id": email_id} for email_id in created]}
+        if permissive:
+            document["errors"] = [
+                {"index": index, "message": message} for index, message in problems.items()
+            ]
+        return answer.status, {}, json.dumps(document).encode()
+
+    def _deliver_batch(
+        self, key: str | None, emails: list[dict[str, Any]], problems: dict[int, str]
+    ) -> list[str]:
+        """Deliver every email not refused, in order; their ids."""
+        created = []
+        with self._lock:
+            for index, email in enumerate(emails):
+                if index in problems:
+                    continue
+                email_id = str(uuid.uuid4())
+                created.append(email_id)
+                self.limits._emails.append(self.now())
+                self.deliveries.append(
+                    {
+                        "id": email_id,
+                        "key": key or "",
+                        "index": index,
+                        "message_key": _message_key_tag(email),
+                        "body": json.dumps(email),
+                        "created_at": _iso(self.now()),
+                    }
+                )
+        return created
+
+    def _remember(self, key: str | None, reply: Reply, answer: _Answer) -> Reply:
+        """Keep a successful answer for its key (replayed later); forget the key otherwise."""
+        status, headers, content = reply
+        with self._lock:
+            entry = self._keys.get(key or "")
+            if entry is not None and self.idempotency:
+                if 200 <= status < 300 and not answer.no_id:
+                    entry.in_flight, entry.status, entry.body = False, status, content
+                else:
+                    del self._keys[key or ""]
+        return status, {**headers, **answer.headers}, content
 
     def _quota_refusal(self, key: str | None, rate_headers: dict[str, str]) -> Reply | None:
         """429 for a new email past a quota (lock held); the key stays free."""
@@ -513,6 +638,37 @@ def list_emails(fake: FakeResend, limit: int, after: str | None) -> Reply:
     return 200, {}, json.dumps({"object": "list", "has_more": has_more, "data": data}).encode()
 
 
+def _batch_emails(body: bytes) -> list[dict[str, Any]] | None:
+    """The batch's emails: a JSON array of 1 to 100 objects, else None."""
+    try:
+        document = json.loads(body)
+    except ValueError:
+        return None
+    if not isinstance(document, list) or not 1 <= len(document) <= 100:
+        return None
+    if not all(isinstance(email, dict) for email in document):
+        return None
+    return document
+
+
+def _batch_email_problem(email: dict[str, Any]) -> str | None:
+    """Why Resend would refuse this email in a batch; None when it would not."""
+    for name in ("from", "to", "subject"):
+        if not email.get(name):
+            return f"The `{name}` field is missing."
+    if "attachments" in email:
+        return "Attachments are not supported in batch emails."
+    return None
+
+
+def _message_key_tag(email: dict[str, Any]) -> str:
+    tags = email.get("tags")
+    for tag in tags if isinstance(tags, list) else []:
+        if isinstance(tag, dict) and tag.get("name") == "message_key":
+            return str(tag.get("value"))
+    return ""
+
+
 def _is_valid_email(body: bytes) -> bool:
     try:
         document = json.loads(body)
@@ -602,6 +758,8 @@ class _Handler(BaseHTTPRequestHandler):
             with fake._lock:
                 deliveries = list(fake.deliveries)
             self._reply(200, {}, json.dumps(deliveries).encode())
+        elif self.path == "/_tagged":
+            self._reply(200, {}, json.dumps(fake.tagged()).encode())
         elif self.path == "/_arrivals":
             with fake._lock:
                 arrivals = list(fake.arrivals)
@@ -645,6 +803,12 @@ class _Handler(BaseHTTPRequestHandler):
                     self.headers.get("Authorization"), self.headers.get("Idempotency-Key"), body
                 )
             )
+            return
+        if self.path == "/emails/batch":
+            permissive = self.headers.get("x-batch-validation", "strict") == "permissive"
+            authorization = self.headers.get("Authorization")
+            key = self.headers.get("Idempotency-Key")
+            self._reply(*fake.send_batch(authorization, key, body, permissive))
             return
         command = json.loads(body or b"{}")
         if self.path == "/_script":
@@ -706,6 +870,11 @@ class FakeProviderClient:
 
     def deliveries(self) -> list[dict[str, str]]:
         result: list[dict[str, str]] = requests.get(f"{self.url}/_deliveries", timeout=5).json()
+        return result
+
+    def tagged(self) -> dict[str, int]:
+        """Deliveries per message_key tag."""
+        result: dict[str, int] = requests.get(f"{self.url}/_tagged", timeout=60).json()
         return result
 
     def arrivals(self) -> list[float]:

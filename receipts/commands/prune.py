@@ -91,5 +91,6 @@ def _describe(counts: PruneCounts) -> str:
     return (
         f"{counts.events} event(s), {counts.delivery_events} delivery event(s), "
         f"{counts.attempts} attempt(s), "
-        f"{counts.payloads} frozen email(s), {counts.receipts} sent receipt(s) with their keys"
+        f"{counts.payloads} frozen email(s), {counts.receipts} sent receipt(s) with their keys, "
+        f"{counts.batches} provider batch(es)"
     )

@@ -162,3 +162,88 @@ def one_line(message: Any) -> str | None:
 def header_seconds(value: str | None) -> float | None:
     """A delay in seconds from a header (delta-seconds or an HTTP date); see ``_seconds``."""
     return _seconds(value)
+
+
+# Our name for a batch answer whose ids cannot be matched to the batch's emails.
+BATCH_ANSWER_UNREADABLE = "batch_answer_unreadable"
+
+
+@dataclass(frozen=True, kw_only=True)
+class BatchItem:
+    """What a batch answer says about the email at one index: its id, or why it was refused."""
+
+    provider_id: str | None = None
+    error_message: str | None = None  # the provider's words, one line
+
+
+@dataclass(frozen=True, kw_only=True)
+class BatchAnswer:
+    """One answer to a batch request: the request's facts, and per index what became of it.
+
+    ``items`` is None unless the answer is a 2xx whose ids and errors account for
+    every email of the batch exactly once; then ``answer`` is an accepted answer
+    (its ``provider_id`` the first id, if any) and the batch is done. Otherwise
+    ``answer`` is read as a single send's would be, and stands for every row."""
+
+    answer: ProviderAnswer
+    items: tuple[BatchItem, ...] | None = None
+
+
+def classify_batch_response(status: int, headers: Any, body: bytes, size: int) -> BatchAnswer:
+    """Read Resend's batch answer: ``{"data": [{"id"}…], "errors": [{"index", "message"}…]}``.
+
+    With ``x-batch-validation: permissive``, ``data`` lists the created emails in
+    request order and ``errors`` the refused ones by index (Resend API reference,
+    "Send Batch Emails"; "Batch validation modes"). A 2xx that does not account
+    for every index once cannot say which email an id belongs to: it counts as a
+    2xx without an id (retried with the same key, which replays it)."""
+    answer = classify_response(status, headers, body)
+    if not 200 <= status < 300:
+        return BatchAnswer(answer=answer)
+    items = _batch_items(json_object(body), size)
+    if items is None:
+        return BatchAnswer(
+            answer=ProviderAnswer(
+                http_status=status,
+                error=BATCH_ANSWER_UNREADABLE,
+                retry_after=answer.retry_after,
+                rate_limit_limit=answer.rate_limit_limit,
+                rate_limit_remaining=answer.rate_limit_remaining,
+                rate_limit_reset=answer.rate_limit_reset,
+            )
+        )
+    first_id = next((item.provider_id for item in items if item.provider_id), None)
+    accepted = ProviderAnswer(
+        http_status=status,
+        provider_id=first_id or "batch",
+        retry_after=answer.retry_after,
+        rate_limit_limit=answer.rate_limit_limit,
+        rate_limit_remaining=answer.rate_limit_remaining,
+        rate_limit_reset=answer.rate_limit_reset,
+    )
+    return BatchAnswer(answer=accepted, items=items)
+
+
+def _batch_items(document: dict[str, Any], size: int) -> tuple[BatchItem, ...] | None:
+    """Per index: the id or the refusal; None unless every index is accounted for once."""
+    data, errors = document.get("data"), document.get("errors", [])
+    if not isinstance(data, list) or not isinstance(errors, list):
+        return None
+    refused: dict[int, str] = {}
+    for error in errors:
+        index = error.get("index") if isinstance(error, dict) else None
+        if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < size:
+            return None
+        if index in refused:
+            return None
+        refused[index] = one_line(error.get("message")) or "refused by the provider"
+    ids = [email.get("id") if isinstance(email, dict) else None for email in data]
+    if len(ids) + len(refused) != size or not all(isinstance(i, str) and i for i in ids):
+        return None
+    created = iter(ids)
+    return tuple(
+        BatchItem(error_message=refused[index])
+        if index in refused
+        else BatchItem(provider_id=str(next(created)))
+        for index in range(size)
+    )

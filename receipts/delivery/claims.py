@@ -22,7 +22,7 @@ import logging
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -77,6 +77,28 @@ class ClaimedRow:
     # When the lease runs out at the latest, on this process's time.monotonic(): taken
     # before the claim, so never later than the server's locked_until.
     lease_expires: float = math.inf
+    # The live batch this row is sent in (receipts.delivery.batches), and its place there.
+    batch_key: str | None = None
+    batch_position: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClaimedBatch:
+    """A batch this worker holds: its key, the members it leased (in batch order),
+    and the request body (every member's frozen email, in order, as first sent).
+
+    ``body`` is None when the stored emails no longer make the bytes the first
+    attempt sent (the digest differs): the batch is then sent nowhere."""
+
+    batch_key: str
+    rows: list[ClaimedRow]
+    body: bytes | None
+    size: int  # emails in the body: members answered earlier included
+
+    @property
+    def attempt(self) -> int:
+        """The batch's attempt number: that of its most tried member."""
+        return max(row.attempt for row in self.rows)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -89,8 +111,14 @@ class SkippedRow:
 
 @dataclass(frozen=True, kw_only=True)
 class Claim:
-    rows: list[ClaimedRow]
+    rows: list[ClaimedRow]  # sent one request each
     skipped: list[SkippedRow]
+    batches: list[ClaimedBatch] = field(default_factory=list)  # sent one request per batch
+
+    @property
+    def in_hand(self) -> int:
+        """Rows this claim leased: single ones and batch members."""
+        return len(self.rows) + sum(len(batch.rows) for batch in self.batches)
 
 
 def claim_ready(

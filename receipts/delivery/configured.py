@@ -62,3 +62,12 @@ def send_rate(settings: Settings, provider: Provider) -> float:
     """``RECEIPTS_SEND_RATE``, else the provider's documented default (Resend's 5/s;
     Postmark, SMTP and the file sink: no cap). 0 means no cap."""
     return settings.send_rate if settings.send_rate is not None else provider.default_rate
+
+
+def fleet_rate(settings: Settings, provider: Provider) -> float:
+    """Requests per second every worker process together may send before the provider
+    states its own limit: ``RECEIPTS_SEND_SHARE`` of its documented team limit.
+    0 (no fleet pace) when sending is uncapped or the provider documents no limit."""
+    if send_rate(settings, provider) <= 0 or provider.default_rate <= 0:
+        return 0.0
+    return settings.send_share * provider.default_rate

@@ -25,7 +25,12 @@ class ClaimSizing:
 
 
 def claim_sizing(
-    *, concurrency: int, send_window: float, send_budget: float, sendable: int | None
+    *,
+    concurrency: int,
+    send_window: float,
+    send_budget: float,
+    sendable: int | None,
+    per_request: int = 1,
 ) -> ClaimSizing:
     """The dispatcher's limits, for ``concurrency`` senders.
 
@@ -36,13 +41,16 @@ def claim_sizing(
     its lease: even if every send took its full timeout (``send_budget``), a
     waiting row starts within ``send_window``. With a rate cap, never more
     are held than ``sendable`` (the sends that fit into ``send_window``).
+    With batches, a request carries up to ``per_request`` rows: every limit
+    above, counted in requests, holds that many times as many rows.
     """
     rounds_within_lease = int(send_window // send_budget)
     prefetch = min(max(PREFETCH, concurrency), concurrency * rounds_within_lease)
     capacity = concurrency + prefetch
     if sendable is not None:
         capacity = min(capacity, sendable)
-    return ClaimSizing(capacity=capacity, refill_at=min(capacity, max(1, prefetch // 2)))
+    refill_at = min(capacity, max(1, prefetch // 2))
+    return ClaimSizing(capacity=capacity * per_request, refill_at=refill_at * per_request)
 
 
 class RowsInHand:
@@ -60,13 +68,14 @@ class RowsInHand:
         self._free = capacity
         self._lock = threading.Lock()
 
-    def reserve(self, at_least: int) -> int:
-        """Take every free slot if at least ``at_least`` are free (else none); how many taken."""
+    def reserve(self, at_least: int, multiple_of: int = 1) -> int:
+        """Take the free slots if at least ``at_least`` are free (else none), as many as
+        make a whole number of ``multiple_of`` (a batch's rows); how many taken."""
         with self._lock:
-            taken = self._free
+            taken = self._free - self._free % multiple_of
             if taken < at_least or taken == 0:
                 return 0
-            self._free = 0
+            self._free -= taken
             return taken
 
     def give_back(self, slots: int) -> None:

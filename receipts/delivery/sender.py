@@ -22,11 +22,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from receipts.config import Settings
-from receipts.delivery import claims, lookups
+from receipts.delivery import batches, claims, lookups
 from receipts.delivery.decisions import RELEASED, AttemptResult, Decision, decide
+from receipts.delivery.fleet_pace import FleetPace
 from receipts.delivery.pacing import RateLimiter
 from receipts.delivery.payload_check import payload_problem
-from receipts.delivery.providers.base import Provider
+from receipts.delivery.providers.base import BatchProvider, Provider
 from receipts.delivery.recorder import Recorder
 from receipts.delivery.sending_pause import PauseGate, describe_reason
 from receipts.delivery.summary import ExitCode, WorkerSummary
@@ -67,6 +68,13 @@ class Sender:
     send_window: float  # seconds a claimed row may wait for a slot and still finish in its lease
     let_go: Callable[[], None]
     worker_id: str
+    fleet: FleetPace | None = None  # the pace every worker process shares, if the limit is known
+
+    def _slot(self, send_by: float) -> bool:
+        """This process's pace, then the fleet's: False when no slot comes by ``send_by``."""
+        if not self.limiter.acquire(send_by, self.halt):
+            return False
+        return self.fleet is None or self.fleet.acquire(send_by, self.halt)
 
     def attempt(self, row: claims.ClaimedRow, claimed_at: float) -> None:
         """Send one row; the recorder writes the answer, so this slot is free at once.
@@ -94,7 +102,7 @@ class Sender:
                 if result is not None:
                     self.recorder.put(row, result)
                     return
-            if not self.limiter.acquire(send_by, self.halt):
+            if not self._slot(send_by):
                 self.recorder.put(row, RELEASED)
                 return
             answer = self.provider.send(row.message_key, row.payload)
@@ -113,12 +121,48 @@ class Sender:
             self.summary.count("unrecorded")
             self.let_go()
 
+    def attempt_batch(self, batch: claims.ClaimedBatch, claimed_at: float) -> None:
+        """Send one batch in one request (``receipts.delivery.batches``): the same body
+        under the same key on every attempt; each member's answer goes to the recorder."""
+        try:
+            if self.halt.is_set():
+                self._put_all(batch, RELEASED)
+                return
+            if batch.body is None:
+                self._put_all(batch, batches.body_changed(batch))
+                return
+            if not self._slot(claimed_at + self.send_window):
+                self._put_all(batch, RELEASED)
+                return
+            assert isinstance(self.provider, BatchProvider)
+            answered = self.provider.send_batch(batch.batch_key, batch.body, batch.size)
+            decision, results = batches.batch_decision(
+                answered,
+                batch,
+                self.settings,
+                now=datetime.now(UTC),
+                table=self.provider.answers,
+            )
+            self._act_on(decision)
+            for row, result in zip(batch.rows, results, strict=True):
+                self.recorder.put(row, result)
+        except Exception:
+            # The leases expire and another run sends the same batch with the same key.
+            log.exception("batch attempt failed unexpectedly: batch=%s", batch.batch_key)
+            self.summary.count("unrecorded", len(batch.rows))
+            for _ in batch.rows:
+                self.let_go()
+
+    def _put_all(self, batch: claims.ClaimedBatch, result: AttemptResult) -> None:
+        for row in batch.rows:
+            self.recorder.put(row, result)
+
     def _look_up(self, row: claims.ClaimedRow, send_by: float) -> AttemptResult | None:
         """Ask the provider (or the recorded webhooks) whether it has this receipt;
         the attempt's result, or None when it does not and the send goes ahead."""
         found = lookups.evidence_lookup(row)
         if found is None:
-            if not self.limiter.acquire(send_by, self.halt):
+            if not self._slot(send_by):
                 return RELEASED
             started = row.first_attempt_at or datetime.now(UTC)
             found = self.provider.look_up(
@@ -159,6 +203,10 @@ class Sender:
         """What the answer means beyond its row: the pace, the pause, the run."""
         if decision.provider_rate is not None:
             self.limiter.follow_provider_rate(decision.provider_rate)
+        if self.fleet is not None:
+            self.fleet.heard(
+                limit_per_second=decision.provider_rate, pause_seconds=decision.pause_sends
+            )
         if decision.pause_sends and self.limiter.pause(decision.pause_sends):
             log_fields(
                 log,

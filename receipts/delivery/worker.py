@@ -34,13 +34,15 @@ from concurrent.futures import ThreadPoolExecutor
 import psycopg
 
 from receipts.config import ConfigError, Settings
-from receipts.db import Database, DatabaseUnavailable, describe_error
-from receipts.delivery import claims
-from receipts.delivery.configured import send_rate
+from receipts.db import Connection, Database, DatabaseUnavailable, describe_error
+from receipts.delivery import batches, claims
+from receipts.delivery.configured import fleet_rate, send_rate
 from receipts.delivery.first_render import payload_renderer
+from receipts.delivery.fleet_pace import FleetPace
 from receipts.delivery.listener import start_listener
 from receipts.delivery.pacing import RateLimiter
-from receipts.delivery.providers.base import Provider
+from receipts.delivery.payload_check import payload_problem
+from receipts.delivery.providers.base import Provider, batch_limit
 from receipts.delivery.recorder import RECORDER_THREADS, Recorder
 from receipts.delivery.rows_in_hand import RowsInHand, claim_sizing
 from receipts.delivery.sender import Sender
@@ -106,6 +108,32 @@ def run_worker(
     return worker.run()
 
 
+def effective_batch_size(settings: Settings, provider: Provider) -> int:
+    """Rows per request: ``RECEIPTS_BATCH_SIZE`` where the provider has a batch endpoint
+    that takes that many, else 1 (Postmark, SMTP and the file sink send singly here)."""
+    limit = batch_limit(provider)
+    if settings.batch_size > 1 and settings.attach_pdf:
+        # Every receipt carries its PDF, which no batch may: claiming batch-sized
+        # numbers of single sends would only release most of them unsent.
+        log_fields(
+            log,
+            "receipts carry their PDF and go singly; RECEIPTS_BATCH_SIZE is not used",
+            logging.WARNING,
+            batch_size=settings.batch_size,
+        )
+        return 1
+    if settings.batch_size > 1 and limit < settings.batch_size:
+        log_fields(
+            log,
+            "this provider sends one receipt per request; RECEIPTS_BATCH_SIZE is not used",
+            logging.WARNING,
+            provider=provider.name,
+            batch_size=settings.batch_size,
+        )
+        return 1
+    return settings.batch_size
+
+
 def default_worker_id() -> str:
     return f"{socket.gethostname()}:{threading.get_native_id()}:{uuid.uuid4().hex[:8]}"
 
@@ -142,11 +170,13 @@ class _Dispatcher:
         send_budget = settings.provider_connect_timeout + settings.provider_timeout
         # How long a claimed row may wait for a send slot and still finish inside its lease.
         self.send_window = settings.lease_seconds - send_budget - LEASE_SAFETY_SECONDS
+        self.batch_size = effective_batch_size(settings, provider)
         self.sizing = claim_sizing(
             concurrency=concurrency,
             send_window=self.send_window,
             send_budget=send_budget,
-            sendable=self.limiter.sendable_within(self.send_window),
+            sendable=self._sendable_within(self.send_window, fleet_rate(settings, provider)),
+            per_request=self.batch_size,
         )
         self.rows = RowsInHand(self.sizing.capacity)
         self.database = Database(
@@ -167,6 +197,7 @@ class _Dispatcher:
             worker_id=worker_id,
             recheck_seconds=poll_seconds,
         )
+        self.fleet = self._fleet_pace(send_rate(settings, provider))
         self.sender = Sender(
             settings=settings,
             provider=provider,
@@ -179,6 +210,28 @@ class _Dispatcher:
             send_window=self.send_window,
             let_go=self._let_go,
             worker_id=worker_id,
+            fleet=self.fleet,
+        )
+
+    def _sendable_within(self, seconds: float, fleet_rate: float) -> int | None:
+        """Requests this process may send in ``seconds``: at its own pace, and at most
+        what the whole fleet may (None: no cap)."""
+        own = self.limiter.sendable_within(seconds)
+        if fleet_rate <= 0:
+            return own
+        fleet = max(1, int(seconds * fleet_rate))
+        return fleet if own is None else min(own, fleet)
+
+    def _fleet_pace(self, rate: float) -> FleetPace | None:
+        """Sends are paced with every other worker process's unless they are uncapped."""
+        if rate <= 0:
+            return None
+        return FleetPace(
+            self.database,
+            provider=self.provider.name,
+            share=self.settings.send_share,
+            limiter=self.limiter,
+            clock=self.clock,
         )
 
     def run(self) -> WorkerSummary:
@@ -195,6 +248,8 @@ class _Dispatcher:
             concurrency=self.concurrency,
             loop=self.loop,
             send_interval=round(self.limiter.interval, 4),
+            fleet_share=self.settings.send_share if self.fleet is not None else None,
+            batch_size=self.batch_size,
         )
         self.recorder.start()
         try:
@@ -243,25 +298,34 @@ class _Dispatcher:
             poll_due = time.monotonic() - last_claim >= self.poll_seconds
             if pause == 0.0 and (maybe_ready or poll_due):
                 # Claim only once enough slots are free (0 reserved: not yet).
-                wanted = self.rows.reserve(at_least=self.sizing.refill_at)
+                # Whole batches only: rows claimed past the last one would go singly.
+                wanted = self.rows.reserve(
+                    at_least=self.sizing.refill_at, multiple_of=self.batch_size
+                )
             else:
                 wanted = 0
             if wanted > 0:
                 last_claim = time.monotonic()
                 claim = self._claim(wanted)
-                self.rows.give_back(wanted - (len(claim.rows) if claim is not None else 0))
+                self.rows.give_back(wanted - (claim.in_hand if claim is not None else 0))
                 if claim is None:
                     return
-                for row in claim.rows:
-                    senders.submit(self.sender.attempt, row, self.clock())
+                self._hand_out(senders, claim)
                 # Rows moved to review count too: they filled the claim.
-                maybe_ready = len(claim.rows) + len(claim.skipped) == wanted
+                maybe_ready = claim.in_hand + len(claim.skipped) == wanted
                 if not self.loop and not maybe_ready and self.rows.none_in_hand():
                     return  # drained: nothing ready, nothing in hand
             woken = self.wake.wait(timeout=min(0.25, pause) if pause else 0.25)
             # A drain run looks again when slots free up: rows may have become ready
             # meanwhile. A looping worker waits for a notification or the poll.
             maybe_ready = maybe_ready or (woken and not self.loop)
+
+    def _hand_out(self, senders: ThreadPoolExecutor, claim: claims.Claim) -> None:
+        """Each batch and each single row to a sender thread."""
+        for batch in claim.batches:
+            senders.submit(self.sender.attempt_batch, batch, self.clock())
+        for row in claim.rows:
+            senders.submit(self.sender.attempt, row, self.clock())
 
     def _sending_paused(self) -> bool:
         """A quota pause is in force: a drain run stops (exit 4), a loop waits and looks again."""
@@ -288,16 +352,7 @@ class _Dispatcher:
             # Autocommit: the claim is one statement, and a first claim's email
             # is frozen by a second one (see claims.claim_ready).
             with self.database.autocommit() as conn:
-                claim = claims.claim_ready(
-                    conn,
-                    limit=limit,
-                    worker_id=self.worker_id,
-                    lease_seconds=self.settings.lease_seconds,
-                    max_attempts=self.settings.max_attempts,
-                    retry_cutoff_hours=self.settings.retry_cutoff_hours,
-                    render=self.render,
-                    look_up_past_limit=self.provider.guarantee.can_look_up,
-                )
+                claim = self._claim_rows(conn, limit)
         except psycopg.errors.InsufficientPrivilege as exc:
             # A role without the worker's grants: retrying cannot help.
             self.summary.stop(f"the database role lacks a privilege: {describe_error(exc)}", 2)
@@ -319,6 +374,47 @@ class _Dispatcher:
                 reason=skipped.review_reason,
             )
         return claim
+
+    def _claim_rows(self, conn: Connection, limit: int) -> claims.Claim:
+        """Live batches to send again first, then ready rows; with batches, the rows
+        that may go out under a new key are grouped and stored as new batches."""
+        resent: list[claims.ClaimedBatch] = []
+        skipped: list[claims.SkippedRow] = []
+        if self.batch_size > 1:
+            resent, skipped = batches.claim_batches(
+                conn,
+                limit=limit // self.batch_size,
+                worker_id=self.worker_id,
+                lease_seconds=self.settings.lease_seconds,
+                max_attempts=self.settings.max_attempts,
+                retry_cutoff_hours=self.settings.retry_cutoff_hours,
+                lease_expires=time.monotonic() + self.settings.lease_seconds,
+            )
+        claim = claims.claim_ready(
+            conn,
+            limit=limit - sum(len(batch.rows) for batch in resent),
+            worker_id=self.worker_id,
+            lease_seconds=self.settings.lease_seconds,
+            max_attempts=self.settings.max_attempts,
+            retry_cutoff_hours=self.settings.retry_cutoff_hours,
+            render=self.render,
+            look_up_past_limit=self.provider.guarantee.can_look_up,
+        )
+        formed: list[claims.ClaimedBatch] = []
+        singles = claim.rows
+        if self.batch_size > 1:
+            formed, singles = batches.form_batches(
+                conn,
+                claim.rows,
+                size=self.batch_size,
+                provider=self.provider.name,
+                worker_id=self.worker_id,
+                sendable=self._sendable,
+            )
+        return claims.Claim(rows=singles, skipped=skipped + claim.skipped, batches=resent + formed)
+
+    def _sendable(self, row: claims.ClaimedRow) -> bool:
+        return payload_problem(row.message_key, row.payload, self.settings) is None
 
     def _notify(self) -> None:
         """The listener heard a NOTIFY: claim at once."""

@@ -88,6 +88,7 @@ class PruneCounts:
     attempts: int = 0
     payloads: int = 0
     receipts: int = 0
+    batches: int = 0
 
 
 def cutoffs(conn: Connection, policy: Policy) -> Cutoffs:
@@ -118,6 +119,7 @@ def prune(database: Database, policy: Policy) -> PruneCounts:
     counts.events = _drop_old_events(database, cut)
     counts.delivery_events = _repeat(database, _drop_delivery_events_batch, cut, policy.batch_size)
     counts.receipts, attempts_of_dropped = _drop_old_receipts(database, cut, policy.batch_size)
+    counts.batches = _repeat(database, _drop_finished_batches_batch, cut, policy.batch_size)
     payloads, attempts_of_kept = _drop_old_details(database, cut, policy.batch_size)
     counts.payloads = payloads
     counts.attempts = attempts_of_dropped + attempts_of_kept
@@ -158,6 +160,13 @@ def _drop_old_events(database: Database, cut: Cutoffs) -> int:
 def _drop_delivery_events_batch(conn: Connection, cut: Cutoffs, size: int) -> int:
     return conn.execute(
         _RETENTION["delete_delivery_events_batch"], {"before": cut.details_before, "size": size}
+    ).rowcount
+
+
+def _drop_finished_batches_batch(conn: Connection, cut: Cutoffs, size: int) -> int:
+    """Provider batches whose receipts are all gone (run after the receipts)."""
+    return conn.execute(
+        _RETENTION["delete_finished_batches_batch"], {"before": cut.keys_before, "size": size}
     ).rowcount
 
 

@@ -4,13 +4,17 @@
 -- send, record" and "Outbox states", says what each state means.
 
 -- name: claim_ready
--- Leases up to limit ready rows in one snapshot (expired leases, then due pending rows, oldest first, SKIP LOCKED: no row is taken twice); rows past the retry cutoff or the attempt budget go to review with a skipped attempt row instead, unless the provider can be asked whether it accepted an earlier attempt that may have reached it (look_up_past_limit): those are leased for that question, with past_limit saying what they become if the answer is no; each leased row comes with its latest attempt that may have reached the provider and any delivery-webhook evidence of an accepted send; returns both kinds.
+-- Leases up to limit ready rows in one snapshot (expired leases, then due pending rows, oldest first, SKIP LOCKED: no row is taken twice; never a member of a live batch, which goes only with its batch); rows past the retry cutoff or the attempt budget go to review with a skipped attempt row instead, unless the provider can be asked whether it accepted an earlier attempt that may have reached it (look_up_past_limit): those are leased for that question, with past_limit saying what they become if the answer is no; each leased row comes with its latest attempt that may have reached the provider and any delivery-webhook evidence of an accepted send; returns both kinds.
 WITH expired AS MATERIALIZED (
     -- The status is a literal so the planner can use the partial index
     -- email_outbox_leased; the same for email_outbox_ready below.
     SELECT message_key, attempts, first_attempt_at
       FROM email_outbox
      WHERE status = 'processing' AND locked_until <= now()
+       -- a member of a live batch is sent only with its batch (claim_batches)
+       AND (batch_key IS NULL OR NOT EXISTS (
+               SELECT 1 FROM email_batches AS b
+                WHERE b.batch_key = email_outbox.batch_key AND b.finished_at IS NULL))
      ORDER BY locked_until
      LIMIT %(limit)s
        FOR UPDATE SKIP LOCKED
@@ -18,6 +22,9 @@ WITH expired AS MATERIALIZED (
     SELECT message_key, attempts, first_attempt_at
       FROM email_outbox
      WHERE status = 'pending' AND available_at <= now()
+       AND (batch_key IS NULL OR NOT EXISTS (
+               SELECT 1 FROM email_batches AS b
+                WHERE b.batch_key = email_outbox.batch_key AND b.finished_at IS NULL))
      ORDER BY available_at
      LIMIT greatest(0, %(limit)s - (SELECT count(*) FROM expired))
        FOR UPDATE SKIP LOCKED
@@ -130,7 +137,7 @@ UPDATE email_attempts AS a
  WHERE a.id = ANY(%(attempt_ids)s) AND a.message_key = moved.message_key
 
 -- name: record_attempts
--- Writes each answer of a batch to its row only while that row is still processing under the claim's lease token (a refunded attempt restarts the retry clock when no attempt of the row can have reached the provider); every attempt row is finished, as lease_lost where the lease was taken over (the row untouched); held says which. Written again after a try whose commit was not heard (the connection dropped as the server answered), it changes nothing and says held as that try did.
+-- Writes each answer of a batch to its row only while that row is still processing under the claim's lease token (a provider batch whose last unrecorded member gets a final answer is finished) (a refunded attempt restarts the retry clock when no attempt of the row can have reached the provider); every attempt row is finished, as lease_lost where the lease was taken over (the row untouched); held says which. Written again after a try whose commit was not heard (the connection dropped as the server answered), it changes nothing and says held as that try did.
 WITH answer AS (
     SELECT * FROM unnest(
         %(keys)s::text[], %(tokens)s::uuid[], %(attempt_ids)s::bigint[],
@@ -167,7 +174,19 @@ WITH answer AS (
       FROM answer AS a
      WHERE o.message_key = a.message_key AND o.lease_token = a.lease_token
        AND o.status = 'processing'
- RETURNING o.message_key
+ RETURNING o.message_key, o.batch_key, o.status
+), batch_finished AS (
+    -- A batch whose answer is recorded for its last unrecorded member is
+    -- finished: its rows may be claimed on their own from now on.
+    UPDATE email_batches AS b
+       SET finished_at = now()
+     WHERE b.batch_key IN (SELECT s.batch_key FROM stored AS s
+                            WHERE s.batch_key IS NOT NULL AND s.status <> 'pending')
+       AND b.finished_at IS NULL
+       AND NOT EXISTS (
+           SELECT 1 FROM email_outbox AS o
+            WHERE o.batch_key = b.batch_key AND o.status IN ('pending', 'processing')
+              AND o.message_key NOT IN (SELECT message_key FROM stored))
 ), finished AS (
     UPDATE email_attempts AS t
        SET finished_at = now(),
@@ -205,6 +224,40 @@ ON CONFLICT (provider) DO UPDATE
 RETURNING provider, reason, paused_at, paused_until, worker_id,
           extract(epoch FROM paused_until - now())::float8 AS seconds_left
 
+-- name: reserve_send_slot
+-- Takes the next start time for a request to this provider that no worker process has taken: one interval (spacing / the limit the provider last stated, in requests/s; none while no answer has stated one) after the last one taken, and never before a wait the provider asked for; returns the seconds until it, or no row (nothing taken) when it comes later than max_wait seconds from now.
+INSERT INTO send_pace AS p (provider, next_slot)
+VALUES (%(provider)s, clock_timestamp())
+ON CONFLICT (provider) DO UPDATE
+   SET next_slot = greatest(p.next_slot, clock_timestamp())
+                   + make_interval(secs => coalesce(%(spacing)s / p.team_limit, 0)),
+       updated_at = clock_timestamp()
+ WHERE greatest(p.next_slot, clock_timestamp())
+       <= clock_timestamp() + make_interval(secs => %(max_wait)s)
+RETURNING greatest(0.0, extract(epoch FROM p.next_slot - clock_timestamp())::float8
+                        - coalesce(%(spacing)s / p.team_limit, 0)) AS wait_seconds
+
+-- name: send_pace_wait
+-- Seconds until this provider's next start time that no worker process has taken (no row: none taken yet).
+SELECT greatest(0.0, extract(epoch FROM next_slot - clock_timestamp())::float8) AS wait_seconds
+  FROM send_pace
+ WHERE provider = %(provider)s
+
+-- name: hold_send_pace
+-- The provider asked for a wait (a 429, or its window used up): no worker process starts a request to it before pause_seconds from now.
+INSERT INTO send_pace AS p (provider, next_slot)
+VALUES (%(provider)s, clock_timestamp() + make_interval(secs => %(pause_seconds)s))
+ON CONFLICT (provider) DO UPDATE
+   SET next_slot = greatest(p.next_slot, EXCLUDED.next_slot), updated_at = clock_timestamp()
+
+-- name: record_team_limit
+-- The provider's limit (ratelimit-limit, in requests/s) as an answer stated it, for every worker process's next reservation; written only when it changed.
+INSERT INTO send_pace AS p (provider, next_slot, team_limit)
+VALUES (%(provider)s, clock_timestamp(), %(team_limit)s)
+ON CONFLICT (provider) DO UPDATE
+   SET team_limit = EXCLUDED.team_limit, updated_at = clock_timestamp()
+ WHERE p.team_limit IS DISTINCT FROM EXCLUDED.team_limit
+
 -- name: current_sending_pause
 -- The pause in force for this provider with the seconds it has left, or no row when sending may go on.
 SELECT provider, reason, paused_at, paused_until, worker_id,
@@ -218,3 +271,123 @@ DELETE FROM sending_pauses
 WHERE provider = %(provider)s
 RETURNING provider, reason, paused_at, paused_until, worker_id,
           greatest(0, extract(epoch FROM paused_until - now()))::float8 AS seconds_left
+
+-- name: form_batches
+-- Writes new batches before their first attempt (members: batch_key, position, message_key, lease_token; batches: batch_key, provider, size, body_sha256, worker_id) and names each member row's batch and place, only on rows this claim still holds; returns the rows named (the caller rolls back unless every member is).
+WITH batch AS (
+    INSERT INTO email_batches (batch_key, provider, size, body_sha256, worker_id)
+    SELECT batch_key, provider, size, body_sha256, worker_id
+      FROM jsonb_to_recordset(%(batches)s)
+           AS b(batch_key text, provider text, size int, body_sha256 text, worker_id text)
+ RETURNING batch_key
+)
+UPDATE email_outbox AS o
+   SET batch_key = m.batch_key, batch_position = m.position, updated_at = now()
+  FROM jsonb_to_recordset(%(members)s)
+       AS m(batch_key text, position int, message_key text, lease_token uuid)
+ WHERE o.message_key = m.message_key AND o.lease_token = m.lease_token
+   AND o.status = 'processing' AND m.batch_key IN (SELECT batch_key FROM batch)
+RETURNING o.message_key
+
+-- name: claim_batches
+-- Leases up to limit live batches whose unanswered members are all ready (pending and due, or leased with an expired lease), oldest first, SKIP LOCKED on the batch and each member locked again before it is leased (a batch some member of which another worker just took is left alone); a batch whose members are past the retry cutoff or the attempt budget goes to review whole, without a send, and is finished; a batch with no unanswered member left is finished; returns the leased members (with their batch and place) and the members sent to review.
+WITH candidate AS MATERIALIZED (
+    SELECT b.batch_key
+      FROM email_batches AS b
+     WHERE b.finished_at IS NULL
+       AND NOT EXISTS (
+           SELECT 1 FROM email_outbox AS o
+            WHERE o.batch_key = b.batch_key
+              AND ((o.status = 'pending' AND o.available_at > now())
+                   OR (o.status = 'processing' AND o.locked_until > now())))
+     ORDER BY b.created_at
+     LIMIT %(limit)s
+       FOR UPDATE OF b SKIP LOCKED
+), locked AS MATERIALIZED (
+    -- Locked again: a member leased since this statement's snapshot drops out here.
+    SELECT o.message_key, o.batch_key, o.attempts, o.first_attempt_at
+      FROM email_outbox AS o
+     WHERE o.batch_key IN (SELECT batch_key FROM candidate)
+       AND ((o.status = 'pending' AND o.available_at <= now())
+            OR (o.status = 'processing' AND o.locked_until <= now()))
+     ORDER BY o.message_key
+       FOR UPDATE
+), complete AS MATERIALIZED (
+    -- The cutoff wins when both apply; each is that of the batch's oldest member.
+    SELECT c.batch_key,
+           CASE WHEN min(l.first_attempt_at) <= now() - make_interval(secs => %(cutoff_seconds)s)
+                THEN 'retry_window_elapsed'
+                WHEN max(l.attempts) >= %(max_attempts)s
+                THEN 'attempts_exhausted'
+           END AS past_limit
+      FROM candidate AS c JOIN locked AS l USING (batch_key)
+     WHERE NOT EXISTS (
+           SELECT 1 FROM email_outbox AS o
+            WHERE o.batch_key = c.batch_key AND o.status IN ('pending', 'processing')
+              AND o.message_key NOT IN (SELECT message_key FROM locked))
+     GROUP BY c.batch_key
+), answered AS (
+    -- Every member answered (a record cut in two by a crash): nothing to send.
+    SELECT c.batch_key FROM candidate AS c
+     WHERE NOT EXISTS (SELECT 1 FROM locked AS l WHERE l.batch_key = c.batch_key)
+       AND NOT EXISTS (SELECT 1 FROM email_outbox AS o
+                        WHERE o.batch_key = c.batch_key
+                          AND o.status IN ('pending', 'processing'))
+), batch AS (
+    UPDATE email_batches AS b
+       SET attempts = b.attempts + CASE WHEN c.past_limit IS NULL THEN 1 ELSE 0 END,
+           finished_at = CASE WHEN c.past_limit IS NOT NULL THEN now() END
+      FROM complete AS c
+     WHERE b.batch_key = c.batch_key
+), done AS (
+    UPDATE email_batches AS b
+       SET finished_at = now()
+      FROM answered AS a
+     WHERE b.batch_key = a.batch_key
+), skipped AS (
+    UPDATE email_outbox AS o
+       SET status = 'review', review_reason = c.past_limit,
+           lease_token = NULL, locked_until = NULL, updated_at = now()
+      FROM locked AS l JOIN complete AS c USING (batch_key)
+     WHERE o.message_key = l.message_key AND c.past_limit IS NOT NULL
+ RETURNING o.message_key, o.attempts, o.review_reason
+), skipped_logged AS (
+    INSERT INTO email_attempts
+        (message_key, attempt, worker_id, lease_token, finished_at, outcome)
+    SELECT message_key, attempts + 1, %(worker_id)s, gen_random_uuid(), now(),
+           CASE review_reason WHEN 'retry_window_elapsed' THEN 'skipped_cutoff'
+                              ELSE 'skipped_budget' END
+      FROM skipped
+), leased AS (
+    UPDATE email_outbox AS o
+       SET status = 'processing',
+           lease_token = gen_random_uuid(),
+           locked_until = now() + make_interval(secs => %(lease_seconds)s),
+           first_attempt_at = coalesce(o.first_attempt_at, now()),
+           attempts = o.attempts + 1,
+           updated_at = now()
+      FROM locked AS l JOIN complete AS c USING (batch_key)
+     WHERE o.message_key = l.message_key AND c.past_limit IS NULL
+ RETURNING o.message_key, o.lease_token, o.attempts, o.first_attempt_at,
+           o.batch_key, o.batch_position
+), logged AS (
+    INSERT INTO email_attempts (message_key, attempt, worker_id, lease_token)
+    SELECT message_key, attempts, %(worker_id)s, lease_token FROM leased
+ RETURNING id, message_key
+)
+SELECT l.message_key, l.lease_token, l.attempts, g.id AS attempt_id, l.first_attempt_at,
+       l.batch_key, l.batch_position, NULL::text AS review_reason
+  FROM leased AS l JOIN logged AS g USING (message_key)
+UNION ALL
+SELECT message_key, NULL, attempts, NULL, NULL, NULL, NULL, review_reason
+  FROM skipped
+
+-- name: batch_bodies
+-- Each batch's request body as its first attempt sent it: every member's frozen email, in the batch's order, in one JSON array, with the digest stored then and how many members still carry their email.
+SELECT b.batch_key, b.body_sha256, b.size,
+       count(o.payload) AS members,
+       '[' || string_agg(o.payload::text, ',' ORDER BY o.batch_position) || ']' AS body
+  FROM email_batches AS b
+  JOIN email_outbox AS o ON o.batch_key = b.batch_key
+ WHERE b.batch_key = ANY(%(batch_keys)s)
+ GROUP BY b.batch_key, b.body_sha256, b.size

@@ -22,7 +22,13 @@ SELECT
     WHERE status = 'sent' AND greatest(sent_at, created_at) < %(details)s
       AND greatest(sent_at, created_at) >= %(keys)s AND payload IS NOT NULL) AS payloads,
   (SELECT count(*) FROM email_outbox
-    WHERE status = 'sent' AND greatest(sent_at, created_at) < %(keys)s) AS receipts
+    WHERE status = 'sent' AND greatest(sent_at, created_at) < %(keys)s) AS receipts,
+  (SELECT count(*) FROM email_batches AS b
+    WHERE b.finished_at < %(keys)s
+      AND NOT EXISTS (SELECT 1 FROM email_outbox AS o
+                       WHERE o.batch_key = b.batch_key
+                         AND NOT (o.status = 'sent'
+                                  AND greatest(o.sent_at, o.created_at) < %(keys)s))) AS batches
 
 -- name: stripe_events_pages
 -- How many 8 kB pages the Stripe event table holds now.
@@ -77,3 +83,11 @@ DELETE FROM email_attempts WHERE message_key = ANY(%(keys)s)
 -- The frozen email of each given receipt that is sent is gone; the row and its key stay.
 UPDATE email_outbox SET payload = NULL
 WHERE message_key = ANY(%(keys)s) AND status = 'sent' AND payload IS NOT NULL
+
+-- name: delete_finished_batches_batch
+-- At most a batch of provider batches finished before the keys cutoff that no receipt names any more are gone (a live batch never is).
+DELETE FROM email_batches WHERE batch_key IN (
+    SELECT b.batch_key FROM email_batches AS b
+    WHERE b.finished_at < %(before)s
+      AND NOT EXISTS (SELECT 1 FROM email_outbox AS o WHERE o.batch_key = b.batch_key)
+    LIMIT %(size)s)

@@ -29,6 +29,7 @@ from receipts.receipt.fingerprints import fingerprint, legacy_fingerprint, seman
 from receipts.receipt.invoice_values import UnusableInvoice
 from receipts.receipt.money import is_amount
 from receipts.receipt.payload import read_render_input
+from receipts.receipt.stored_invoice import stored_invoice
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -141,7 +142,7 @@ def derive_receipt(
     meaning = fingerprint(semantic_facts(invoice_id, invoice))
     legacy = legacy_fingerprint(invoice_id, invoice)
     render_input = {
-        "invoice": invoice,
+        "invoice": stored_invoice(invoice),
         "created": header.created,
         "from": email_from,
         "reply_to": reply_to,

@@ -121,7 +121,7 @@ $$;
 -- Start from nothing, so a rerun also takes back what an older version granted.
 REVOKE ALL ON stripe_events, email_outbox, email_attempts, operator_actions, resend_events,
     stripe_thin_events, reconcile_runs, sending_pauses, schema_migrations, console_login_failures,
-    refund_claims, readiness_probe
+    refund_claims, readiness_probe, email_batches, send_pace
     FROM :"web", :"worker", :"operator";
 REVOKE ALL ON SEQUENCE email_attempts_id_seq, operator_actions_id_seq, reconcile_runs_id_seq,
     console_login_failures_id_seq
@@ -180,10 +180,20 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON sending_pauses TO :"worker";
 -- worker: a delivery webhook about an email of a receipt the worker never
 -- recorded as sent is evidence that the provider accepted it (claim_ready)
 GRANT SELECT (message_key, outcome, email_id, received_at) ON resend_events TO :"worker";
+-- worker: batches (RECEIPTS_BATCH_SIZE): written before their first attempt, each
+-- member row naming its batch and place; finished when their answer is recorded
+GRANT SELECT, INSERT ON email_batches TO :"worker";
+GRANT UPDATE (attempts, finished_at) ON email_batches TO :"worker";
+GRANT UPDATE (batch_key, batch_position) ON email_outbox TO :"worker";
+-- worker: the fleet's send pace (the next start time of any worker's request, the
+-- provider's stated limit, and the wait a 429 asked every worker to keep)
+GRANT SELECT, INSERT, UPDATE ON send_pace TO :"worker";
 
 -- operator: read everything
 GRANT SELECT ON stripe_events, email_outbox, email_attempts, operator_actions, resend_events,
-    stripe_thin_events, reconcile_runs, sending_pauses, schema_migrations TO :"operator";
+    stripe_thin_events, reconcile_runs, sending_pauses, schema_migrations, email_batches,
+    send_pace
+    TO :"operator";
 -- operator: review decisions, import, and the ingest of backfill and reconcile
 GRANT INSERT (message_key, purpose, account, livemode, invoice_id, source_event_id, fingerprint,
               payload, render_input, status, review_reason, invoice_number, customer_email,

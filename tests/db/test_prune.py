@@ -253,3 +253,47 @@ def test_redelivery_after_details_pruned_is_still_a_duplicate(
     assert response.json is not None and response.json["outcome"] == "duplicate"
     [row] = db.execute("SELECT status, payload FROM email_outbox").fetchall()
     assert row == {"status": "sent", "payload": None}
+
+
+def add_batch(db: Db, batch_key: str, members: list[str], *, days_ago: float, live: bool) -> None:
+    """A provider batch (RECEIPTS_BATCH_SIZE) of existing rows, finished unless ``live``."""
+    db.execute(
+        """INSERT INTO email_batches (batch_key, provider, size, body_sha256, created_at,
+                                      first_attempt_at, finished_at)
+           VALUES (%(key)s, 'resend', %(size)s, 'x',
+                   now() - make_interval(days => %(days)s::int),
+                   now() - make_interval(days => %(days)s::int),
+                   CASE WHEN NOT %(live)s THEN now() - make_interval(days => %(days)s::int) END)""",
+        {"key": batch_key, "size": len(members), "days": days_ago, "live": live},
+    )
+    for position, message_key in enumerate(members):
+        db.execute(
+            "UPDATE email_outbox SET batch_key = %s, batch_position = %s WHERE message_key = %s",
+            (batch_key, position, message_key),
+        )
+
+
+def test_a_finished_batch_goes_once_its_receipts_have(
+    db: Db, database_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A finished batch whose receipts prune drops goes with them; one that still
+    names a kept receipt stays, and so does a live one, however old."""
+    add_receipt(db, key("in_AncientA"), "sent", 500)
+    add_receipt(db, key("in_AncientB"), "sent", 500)
+    add_receipt(db, key("in_RecentA"), "sent", 3)
+    add_receipt(db, key("in_AncientMixed"), "sent", 500)
+    add_receipt(db, key("in_LivePending"), "pending", 500)
+    add_batch(
+        db, "batch/ancient", [key("in_AncientA"), key("in_AncientB")], days_ago=500, live=False
+    )
+    add_batch(
+        db, "batch/mixed", [key("in_AncientMixed"), key("in_RecentA")], days_ago=500, live=False
+    )
+    add_batch(db, "batch/live", [key("in_LivePending")], days_ago=500, live=True)
+
+    assert prune(database_url, "--dry-run") == 0
+    assert "1 provider batch(es)" in capsys.readouterr().out
+    assert prune(database_url) == 0
+    assert "1 provider batch(es)" in capsys.readouterr().out
+    left = db.execute("SELECT batch_key FROM email_batches ORDER BY 1").fetchall()
+    assert left == [{"batch_key": "batch/live"}, {"batch_key": "batch/mixed"}]

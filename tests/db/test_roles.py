@@ -33,7 +33,7 @@ from psycopg.types.json import Json, Jsonb
 
 from receipts import queries
 from receipts.cli import main
-from receipts.config import load_settings
+from receipts.config import Settings, load_settings
 from receipts.delivery.claims import claim_ready, record_attempt
 from receipts.delivery.decisions import AttemptResult
 from receipts.ingest.delivery_events import DeliveryEvent, record_delivery_event
@@ -44,16 +44,20 @@ from receipts.web import create_app
 from tests import stripe_events
 from tests.console_client import console_app, console_environ, csrf_of, ingest, log_in
 from tests.databases import DatabasePool, Prepared
+from tests.fake_provider import FakeProviderClient
 from tests.helpers import METRICS_AUTH
 from tests.least_privilege import apply_roles, drop_group_roles, logins, session_prefix
-from tests.outbox_states import Db, insert_attempt, insert_row, row
+from tests.outbox_states import Db, insert_attempt, insert_pending, insert_row, row
 from tests.stripe_events import TEST_SECRET, encode, sign
+from tests.worker_runs import work
 
 # Each query file, and the group (least_privilege.sql: <prefix>_<group>) that runs it.
 ROLE_FILES = {"ingest": "web", "delivery": "worker"}
 
 # One sample value per parameter name used in any role's query file: the
 # statements are planned (or run) with these, so types must fit the columns.
+# The tables claim_ready reads or writes (email_batches: it skips members of live batches).
+CLAIM_TABLES = ("email_outbox", "email_attempts", "email_batches")
 SAMPLE_PARAMETERS: dict[str, Any] = {
     "key": "platform/test/in_1Sample/invoice-paid",
     "purpose": "invoice-paid",
@@ -82,6 +86,28 @@ SAMPLE_PARAMETERS: dict[str, Any] = {
         ]
     ),
     "errors": ["TypeError"],
+    "batches": Jsonb(
+        [
+            {
+                "batch_key": "batch/00000000-0000-4000-8000-000000000002",
+                "provider": "resend",
+                "size": 1,
+                "body_sha256": "0" * 64,
+                "worker_id": "host:1:sample",
+            }
+        ]
+    ),
+    "members": Jsonb(
+        [
+            {
+                "batch_key": "batch/00000000-0000-4000-8000-000000000002",
+                "position": 0,
+                "message_key": "platform/test/in_1Sample/invoice-paid",
+                "lease_token": "00000000-0000-4000-8000-000000000001",
+            }
+        ]
+    ),
+    "batch_keys": ["batch/00000000-0000-4000-8000-000000000002"],
     "status": "pending",
     "review_reason": None,
     "new_outcome": "queued",
@@ -121,6 +147,9 @@ SAMPLE_PARAMETERS: dict[str, Any] = {
     "currency": "usd",
     "provider": "resend",
     "pause_seconds": 3600.0,
+    "spacing": 1.75,
+    "max_wait": 10.0,
+    "team_limit": 5.0,
     "reason": "daily_quota_exceeded",
     "email_created_at": datetime(2026, 11, 30, 0, 59, tzinfo=UTC),
     "invoice_ids": ["in_1Sample"],
@@ -683,6 +712,22 @@ def forged_attachments() -> list[object]:
     ]
 
 
+def test_worker_role_sends_and_resends_a_batch(
+    roles: dict[str, str], db: Db, fake: FakeProviderClient, worker_settings: Settings
+) -> None:
+    """RECEIPTS_BATCH_SIZE as <prefix>_worker: the batch is stored, retried after a 5xx
+    with its stored body, and finished when its rows are sent."""
+    keys = insert_pending(db, 3)
+    settings = replace(worker_settings, database_url=roles["worker"], batch_size=3)
+    fake.script({"status": 500, "name": "internal_server_error"})
+    assert work(settings).retried == 3
+    db.execute("UPDATE email_outbox SET available_at = now() WHERE status = 'pending'")
+    assert work(settings).sent == 3
+    assert {row(db, key)["status"] for key in keys} == {"sent"}
+    [batch] = db.execute("SELECT * FROM email_batches").fetchall()
+    assert batch["finished_at"] is not None and fake.stats()["batch_requests"] == 2
+
+
 def test_worker_role_writes_only_its_columns_of_rows_on_their_way(
     roles: dict[str, str], db: Db
 ) -> None:
@@ -788,10 +833,17 @@ def test_the_privilege_check_names_what_a_role_lacks(roles: dict[str, str], db: 
         "delivery.sql: record_attempts",
         "delivery.sql: record_sending_pause",
         "delivery.sql: clear_sending_pause",
+        "delivery.sql: form_batches",
+        "delivery.sql: claim_batches",
+        "delivery.sql: batch_bodies",
+        "delivery.sql: reserve_send_slot",
+        "delivery.sql: send_pace_wait",
+        "delivery.sql: hold_send_pace",
+        "delivery.sql: record_team_limit",
     }
     claim = found["delivery.sql: claim_ready"]
     assert claim.reason.startswith("permission denied for table")
-    assert "on email_outbox" in claim.needs or "on email_attempts" in claim.needs
+    assert any(f"on {table}" in claim.needs for table in CLAIM_TABLES)
 
 
 def test_operator_role_runs_every_operator_command(

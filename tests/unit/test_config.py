@@ -26,6 +26,9 @@ def test_defaults_follow_the_design() -> None:
     assert settings.max_attempts == 10
     assert settings.provider_timeout <= 10.0
     assert settings.send_rate is None  # the provider's own default: Resend's 5/s
+    assert settings.batch_size == 1  # one request per receipt unless batches are asked for
+    assert settings.send_share == 0.6  # all workers together: 3 of Resend's 5 requests/s
+    assert load_settings({**VALID, "RECEIPTS_BATCH_SIZE": "100"}).batch_size == 100
 
 
 def test_the_send_rate_defaults_to_resends_documented_team_rate(tmp_path: Path) -> None:
@@ -97,6 +100,15 @@ def test_missing_required_setting_names_the_variable(variable: str) -> None:
         ("RESEND_API_URL", "ftp://x", "http"),
         ("RECEIPTS_SEND_RATE", "fast", "number"),
         ("RECEIPTS_SEND_RATE", "-1", "at least"),
+        ("RECEIPTS_SEND_RATE", "nan", "finite number"),
+        ("RECEIPTS_PROVIDER_TIMEOUT", "-inf", "finite number"),
+        ("RECEIPTS_SEND_SHARE", "0", "at least 0.01"),
+        ("RECEIPTS_SEND_SHARE", "1.5", "at most 1"),
+        ("RECEIPTS_SEND_SHARE", "nan", "finite number"),
+        ("RECEIPTS_BATCH_SIZE", "0", "at least 1"),
+        ("RECEIPTS_BATCH_SIZE", "101", "at most 100"),
+        ("RECEIPTS_BATCH_SIZE", "2.5", "whole number"),
+        ("RECEIPTS_BATCH_SIZE", "many", "number"),
         ("RECEIPTS_RETRY_CUTOFF_HOURS", "24", "below the provider's 24 h"),
         ("RECEIPTS_PROVIDER_TIMEOUT", "30", "at most 10"),
         ("RECEIPTS_SEND_ZERO_VALUE", "maybe", "true or false"),

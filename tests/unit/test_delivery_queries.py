@@ -9,8 +9,8 @@ DELIVERY = queries.load("delivery")
 
 
 def test_the_worker_runs_exactly_these_statements() -> None:
-    """The names the delivery code asks for (claims, listener, the sending pause) are
-    the file's names."""
+    """The names the delivery code asks for (claims, listener, the sending pause,
+    batches, the fleet's pace) are the file's names."""
     assert set(DELIVERY) == {
         "claim_ready",
         "freeze_rendered_payloads",
@@ -20,6 +20,13 @@ def test_the_worker_runs_exactly_these_statements() -> None:
         "record_sending_pause",
         "current_sending_pause",
         "clear_sending_pause",
+        "form_batches",
+        "claim_batches",
+        "batch_bodies",
+        "reserve_send_slot",
+        "send_pace_wait",
+        "hold_send_pace",
+        "record_team_limit",
     }
 
 

@@ -184,3 +184,16 @@ def test_a_reservation_takes_every_free_slot_and_no_more() -> None:
     assert rows.reserve(at_least=0) == 0
     rows.give_back(4)
     assert rows.none_in_hand()
+
+
+def test_with_batches_a_reservation_takes_whole_batches_of_slots() -> None:
+    """A claim for 150 free slots with batches of 100 would send 50 rows as a second,
+    smaller request: only 100 are taken, and the 50 wait for the next 50."""
+    rows = RowsInHand(200)
+    assert rows.reserve(at_least=100, multiple_of=100) == 200
+    rows.give_back(150)
+    assert rows.reserve(at_least=100, multiple_of=100) == 100
+    assert rows.reserve(at_least=100, multiple_of=100) == 0  # 50 free: not a batch
+    for _ in range(50):
+        rows.let_go()
+    assert rows.reserve(at_least=100, multiple_of=100) == 100

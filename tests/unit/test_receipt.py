@@ -12,6 +12,7 @@ from receipts.receipt.event import MalformedEvent, parse_event
 from receipts.receipt.money import format_amount
 from receipts.receipt.payload import render_payload
 from receipts.receipt.rendering import Renderer
+from receipts.receipt.stored_invoice import stored_invoice
 from tests import stripe_events
 
 RENDERER = Renderer()
@@ -123,7 +124,7 @@ def test_paid_invoice_without_a_usable_email_needs_review(
         legacy_fingerprint=decision.legacy_fingerprint,
         render_input=decision.render_input,
     )
-    assert decision.render_input["invoice"] == event["data"]["object"]
+    assert decision.render_input["invoice"] == stored_invoice(event["data"]["object"])
     assert decision.render_input["created"] == event["created"]
 
 

@@ -10,7 +10,7 @@ from receipts.config import ConfigError, Settings, load_settings
 from receipts.delivery.configured import provider_from_settings
 from receipts.delivery.providers.file_sink import FileSinkProvider
 from receipts.delivery.providers.resend import ResendProvider
-from receipts.delivery.worker import run_worker
+from receipts.delivery.worker import effective_batch_size, run_worker
 
 # Never connected to: every case here fails or chooses before the first query.
 DATABASE_URL = "postgresql://postgres@127.0.0.1:9/receipts"
@@ -66,3 +66,17 @@ def test_a_worker_without_a_database_url_is_refused() -> None:
             run_worker(settings, provider)
     finally:
         provider.close()
+
+
+def test_batches_are_used_only_where_the_provider_takes_them_and_no_pdf_rides_along(
+    tmp_path: Path,
+) -> None:
+    """RECEIPTS_BATCH_SIZE with Resend: that many per request; the .eml sink, or every
+    receipt carrying its PDF: one per request."""
+    resend = ResendProvider(api_url="https://api.resend.com", api_key="re_x",
+                            connect_timeout=1, read_timeout=1)  # fmt: skip
+    batched = Settings(batch_size=50)
+    assert effective_batch_size(batched, resend) == 50
+    assert effective_batch_size(batched, FileSinkProvider(tmp_path)) == 1
+    assert effective_batch_size(Settings(batch_size=50, attach_pdf=True), resend) == 1
+    assert effective_batch_size(Settings(), resend) == 1

@@ -16,9 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
-from receipts.delivery.answers import ProviderAnswer
+from receipts.delivery.answers import BatchAnswer, ProviderAnswer
 from receipts.delivery.rules import AnswerTable
 
 
@@ -101,3 +101,20 @@ class Provider(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class BatchProvider(Protocol):
+    """A provider that also takes several frozen messages in one request, under one
+    Idempotency-Key for the whole batch (Resend's ``POST /emails/batch``)."""
+
+    max_batch: int  # the most messages one request may carry
+
+    def send_batch(self, batch_key: str, body: bytes, size: int) -> BatchAnswer:
+        """Send ``body`` (a JSON array of ``size`` frozen messages) under ``batch_key``."""
+        ...
+
+
+def batch_limit(provider: Provider) -> int:
+    """How many messages this provider takes in one request (1: it sends singly)."""
+    return provider.max_batch if isinstance(provider, BatchProvider) else 1

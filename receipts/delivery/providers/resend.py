@@ -1,4 +1,4 @@
-"""Resend: ``POST /emails`` with the message key as ``Idempotency-Key``.
+"""Resend: ``POST /emails`` with the message key as ``Idempotency-Key``, and batches.
 
 Resend keeps an idempotency key for 24 hours (Resend API reference,
 "Idempotency keys"): a retry with the same key and body replays the first
@@ -10,6 +10,14 @@ per page; Resend API reference, "List Sent Emails", and the changelog entry
 "List Sent Emails Endpoint"). The list carries no tags, so an email matches
 by its recipients and its subject (which names the invoice), sent since the
 first attempt.
+
+With ``RECEIPTS_BATCH_SIZE`` above 1, :meth:`ResendProvider.send_batch` posts
+up to 100 frozen emails as one JSON array to ``POST /emails/batch`` with the
+batch's own ``Idempotency-Key`` (kept 24 hours, the same key with another body
+answered 409 ``invalid_idempotent_request``; Resend changelog, "Batch
+idempotency keys") and ``x-batch-validation: permissive``, so that an email
+Resend refuses is named by its index while the others are sent (Resend docs,
+"Batch validation modes").
 """
 
 from __future__ import annotations
@@ -24,7 +32,9 @@ from requests.utils import check_header_validity
 from receipts.delivery.answers import (
     CONNECTION_ERROR,
     TIMEOUT,
+    BatchAnswer,
     ProviderAnswer,
+    classify_batch_response,
     classify_response,
     json_object,
 )
@@ -43,6 +53,8 @@ LIST_MAX_PAGES = 50
 # Resend's answer to a key that may only send (the kind it recommends): the key
 # is fine, the sent list just cannot be read with it.
 SENDING_ONLY_KEY = "restricted_api_key"
+# The most emails one POST /emails/batch takes (Resend API reference, "Send Batch Emails").
+RESEND_MAX_BATCH = 100
 
 GUARANTEE = Guarantee(
     protection=Protection.IDEMPOTENCY_KEY,
@@ -58,6 +70,7 @@ class ResendProvider:
     default_rate = RESEND_DEFAULT_RATE
     guarantee = GUARANTEE
     answers = RESEND
+    max_batch = RESEND_MAX_BATCH
 
     def __init__(
         self,
@@ -76,6 +89,29 @@ class ResendProvider:
             read_timeout=read_timeout,
             pool_size=pool_size,
             setting="RESEND_API_URL",
+        )
+        self._batch_endpoint = JsonEndpoint(
+            url=self._api_url + "/emails/batch",
+            headers={"Authorization": f"Bearer {api_key}", "x-batch-validation": "permissive"},
+            connect_timeout=connect_timeout,
+            read_timeout=read_timeout,
+            pool_size=pool_size,
+            setting="RESEND_API_URL",
+        )
+
+    def send_batch(self, batch_key: str, body: bytes, size: int) -> BatchAnswer:
+        """``POST /emails/batch``: ``body`` is the JSON array of ``size`` frozen emails."""
+        try:
+            check_header_validity(("Idempotency-Key", batch_key))
+            response = self._batch_endpoint.post(body, {"Idempotency-Key": batch_key})
+        except requests.Timeout:
+            return BatchAnswer(answer=ProviderAnswer(error=TIMEOUT))
+        except requests.ConnectionError:
+            return BatchAnswer(answer=ProviderAnswer(error=CONNECTION_ERROR))
+        except requests.RequestException as exc:
+            return BatchAnswer(answer=ProviderAnswer(error=type(exc).__name__))
+        return classify_batch_response(
+            response.status_code, response.headers, response.content, size
         )
 
     def send(self, message_key: str, payload: bytes) -> ProviderAnswer:
@@ -152,6 +188,7 @@ class ResendProvider:
 
     def close(self) -> None:
         self._endpoint.close()
+        self._batch_endpoint.close()
 
 
 def _lookup_fix(status: int, name: str | None) -> str | None:

@@ -6,6 +6,7 @@ this process as running (``dev.json``), a real database and a real web app.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import threading
@@ -170,3 +171,36 @@ def test_version(capsys: Any) -> None:
         main(["--version"], {})
     assert exit_.value.code == 0
     assert capsys.readouterr().out.strip().startswith("receipts 0.")
+
+
+def test_a_second_dev_in_a_folder_a_live_dev_serves_is_refused_before_anything_starts(
+    tmp_path: Path, capsys: Any
+) -> None:
+    """The folder's note names a live process (a child standing in for the first
+    `receipts dev`): refused in one line naming it, and the note, the folder and
+    everything else are left as they were. (tests/processes/test_dev.py runs the
+    same with two real dev processes, in the slow tier.)"""
+    import subprocess
+    import sys
+
+    from tests.helpers import free_port
+
+    folder = tmp_path / "state"
+    folder.mkdir()
+    first = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        note = json.dumps({"pid": first.pid, "database_url": "postgresql://x/y",
+                           "webhook_url": "http://127.0.0.1:1/webhooks/stripe"})  # fmt: skip
+        (folder / "dev.json").write_text(note)
+        before = sorted(path.name for path in folder.iterdir())
+        code = main(["dev", "--port", str(free_port())], {"RECEIPTS_DEV_DIR": str(folder)})
+        assert code == 1
+        assert capsys.readouterr().err == (
+            f"receipts dev: another `receipts dev` (pid {first.pid}) already serves "
+            f"{folder.resolve()}: stop it first, or give this one its own --state-dir\n"
+        )
+        assert (folder / "dev.json").read_text() == note
+        assert sorted(path.name for path in folder.iterdir()) == before
+    finally:
+        first.kill()
+        first.wait()

@@ -131,6 +131,9 @@ def test_dev_turns_a_replayed_storm_into_one_eml_and_stops_cleanly_on_ctrl_c(
     assert not (state / "dev.json").exists(), "a stopped dev server is no longer advertised"
 
 
+# Two full dev start-ups (embedded server, web, worker) for one port number: the
+# slow tier keeps it; the default run starts dev processes for what only they show.
+@pytest.mark.slow
 def test_a_restarted_dev_keeps_its_database_port(state: Path) -> None:
     """Stopping and starting `receipts dev` on one state folder gives the embedded
     database the same port, so a URL noted in another terminal keeps working."""
@@ -146,6 +149,9 @@ def test_a_restarted_dev_keeps_its_database_port(state: Path) -> None:
     assert ports[0] == ports[1]
 
 
+# The refusal itself runs in-process in the default run
+# (tests/db/test_dev_state.py); here a real first dev serves meanwhile.
+@pytest.mark.slow
 def test_a_second_dev_in_the_same_folder_is_refused_and_leaves_the_first_alone(
     state: Path,
 ) -> None:

@@ -100,6 +100,9 @@ def emails_by_invoice(fake: FakeProviderClient) -> Counter[str]:
     return Counter(delivery["key"].split("/")[2] for delivery in fake.deliveries())
 
 
+# In-process, the default run proves the same refusal
+# (tests/db/test_decision_guards.py: a retry after a resend is refused naming it).
+@pytest.mark.slow
 def test_a_retry_after_a_resend_is_refused_and_the_customer_gets_one_email(
     client: FlaskClient, db: Db, env: dict[str, str], fake: FakeProviderClient
 ) -> None:

@@ -156,6 +156,9 @@ def scenarios(stripe_api: FakeStripeClient) -> tuple[list[list[Event]], dict[str
     return stories, expected
 
 
+# In-process, the default run proves each order and the redeliveries
+# (tests/db/test_refund_ingest.py); here gunicorn and a worker process do.
+@pytest.mark.slow
 def test_each_refund_is_one_email_whatever_the_order_and_redeliveries(
     db: Db,
     database_url: str,

@@ -402,7 +402,7 @@ class FakePostmarkClient:
 def running_fake_postmark(**options: Any) -> Iterator[FakePostmarkClient]:
     """A fake Postmark on a free port, served from a thread of this process."""
     server = _Server(0, FakePostmark(**options))
-    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread = threading.Thread(target=server.serve_forever, args=(0.01,), daemon=True)
     thread.start()
     try:
         yield FakePostmarkClient(server.url)

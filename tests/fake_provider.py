@@ -927,7 +927,7 @@ def running_fake_provider(**options: Any) -> Iterator[FakeProviderClient]:
     """A fake provider on a free port, served from a thread of this process."""
     server = _Server(0, FakeResend(**options))
     thread = threading.Thread(
-        target=server.serve_forever, args=(0.05,), name="fake-provider", daemon=True
+        target=server.serve_forever, args=(0.01,), name="fake-provider", daemon=True
     )
     thread.start()
     try:

@@ -374,7 +374,7 @@ def running_fake_stripe_api(
     """A fake Stripe API on a free port, served from a thread of this process; its
     latencies are spent on ``clock`` when one is given."""
     server = _Server(0, FakeStripe(api_key, clock))
-    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread = threading.Thread(target=server.serve_forever, args=(0.01,), daemon=True)
     thread.start()
     try:
         yield FakeStripeClient(server.url, api_key)

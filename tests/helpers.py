@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import tempfile
 import threading
@@ -17,6 +18,15 @@ import psutil
 # it (tests/conftest.py, ``_own_folders``): where the servers every test shares
 # (the embedded PostgreSQL, PgBouncer) keep their files.
 RUN_TEMP_DIR = Path(tempfile.gettempdir())
+
+# How many examples the property tests draw, as a multiple of the default run's:
+# .ci/run draws four times as many (RECEIPTS_PROPERTY_SCALE=4).
+PROPERTY_SCALE = float(os.environ.get("RECEIPTS_PROPERTY_SCALE", "1"))
+
+
+def examples(default_run: int) -> int:
+    """Examples for a property test: ``default_run`` in the default run, scaled."""
+    return max(1, round(default_run * PROPERTY_SCALE))
 
 
 def free_port() -> int:

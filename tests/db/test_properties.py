@@ -25,6 +25,7 @@ from standardwebhooks import Webhook
 from receipts.config import load_settings
 from receipts.web import create_app
 from tests import stripe_events
+from tests.helpers import examples
 from tests.resend_events import SECRET as RESEND_SECRET
 from tests.stripe_events import TEST_SECRET, sign
 
@@ -34,7 +35,7 @@ Db = psycopg.Connection[Row]
 # Function-scoped fixtures are shared by every example of a test on purpose:
 # one database per test, with counts taken before and after each example.
 EXAMPLES = settings(
-    max_examples=100,
+    max_examples=examples(50),
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )

@@ -17,6 +17,7 @@ from receipts.addresses import (
     parse_mailbox,
     parsed_address,
 )
+from tests.helpers import examples
 
 ENCODED_WORD = "=?utf-8?q?evil=40evil.example=2C?=@example.com"
 
@@ -100,7 +101,7 @@ def test_a_mailbox_that_is_not_exactly_one_address_on_one_line_is_refused(
     assert mailbox_address(text) is None
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(
     st.from_regex(PLAIN_ASCII_ADDRESS, fullmatch=True).filter(
         lambda text: len(text) <= MAX_ADDRESS_LENGTH

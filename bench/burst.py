@@ -46,7 +46,7 @@ from pathlib import Path
 import psycopg
 import requests
 
-from bench.common import machine, server_url_or_exit, throwaway_database
+from bench.common import fake_provider_process, machine, server_url_or_exit, throwaway_database
 from bench.drain import fill
 from tests.fake_provider import FakeProviderClient
 
@@ -139,7 +139,7 @@ def burst(server_url: str, args: argparse.Namespace, batch_size: int, limit: flo
     for at most ``limit`` seconds."""
     with (
         throwaway_database(server_url, "receipts_bench_burst") as url,
-        rate_limited_provider(args.team_rate) as provider,
+        fake_provider_process(API_KEY, rate_limit=args.team_rate) as provider,
     ):
         fill(url, args.rows, as_the_webhook_stores_them=True)
         env = {
@@ -215,24 +215,6 @@ def _report(
         app_429s=app.refused,
         doubles=sum(n - 1 for n in tagged.values() if n > 1),
     )
-
-
-@contextmanager
-def rate_limited_provider(team_rate: int) -> Iterator[FakeProviderClient]:
-    """The fake Resend in a process of its own, at ``team_rate`` requests per second."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "tests.fake_provider", "--port", "0", "--api-key", API_KEY,
-         "--rate-limit", str(team_rate)],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        text=True,
-    )  # fmt: skip
-    try:
-        assert process.stdout is not None
-        yield FakeProviderClient(process.stdout.readline().split()[-1])
-    finally:
-        process.terminate()
-        process.wait()
 
 
 @dataclass

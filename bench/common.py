@@ -26,6 +26,7 @@ import requests
 
 from receipts.dev.embedded import with_database
 from receipts.migrations import migrate
+from tests.fake_provider import FakeProviderClient
 from tests.helpers import free_port
 from tests.stripe_events import TEST_SECRET, event, invoice, sign
 
@@ -349,3 +350,24 @@ def machine() -> str:
 
 def ratio(value: float, reference: float) -> str:
     return f"{value / reference:.2f}x" if reference else "n/a"
+
+
+@contextlib.contextmanager
+def fake_provider_process(
+    api_key: str, *, rate_limit: int, latency: float = 0.0
+) -> Iterator[FakeProviderClient]:
+    """The fake Resend in a process of its own, enforcing ``rate_limit`` requests per
+    second for the whole team, each new request taking ``latency`` seconds."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tests.fake_provider", "--port", "0", "--latency", str(latency),
+         "--api-key", api_key, "--rate-limit", str(rate_limit)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    try:
+        assert process.stdout is not None
+        yield FakeProviderClient(process.stdout.readline().split()[-1])
+    finally:
+        process.terminate()
+        process.wait()

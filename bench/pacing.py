@@ -22,17 +22,13 @@ and pauses hold it back.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
-import subprocess
 import sys
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.common import machine, server_url_or_exit, throwaway_database
+from bench.common import fake_provider_process, machine, server_url_or_exit, throwaway_database
 from bench.drain import API_KEY, Drained, fill, run_measured
-from tests.fake_provider import FakeProviderClient
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -84,7 +80,7 @@ def pace_once(
 ) -> Paced:
     with (
         throwaway_database(server_url, "receipts_bench_pacing") as url,
-        limited_fake_provider(latency, args.rate_limit) as provider,
+        fake_provider_process(API_KEY, rate_limit=args.rate_limit, latency=latency) as provider,
     ):
         fill(url, args.rows)
         env = {
@@ -104,23 +100,6 @@ def pace_once(
         rate_limited=stats["rate_limited"],
         span=arrivals[-1] - arrivals[0] if arrivals else 0.0,
     )
-
-
-@contextlib.contextmanager
-def limited_fake_provider(latency: float, rate_limit: int) -> Iterator[FakeProviderClient]:
-    process = subprocess.Popen(
-        [sys.executable, "-m", "tests.fake_provider", "--port", "0", "--latency", str(latency),
-         "--api-key", API_KEY, "--rate-limit", str(rate_limit)],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        text=True,
-    )  # fmt: skip
-    try:
-        assert process.stdout is not None
-        yield FakeProviderClient(process.stdout.readline().split()[-1])
-    finally:
-        process.terminate()
-        process.wait()
 
 
 if __name__ == "__main__":
